@@ -1,0 +1,111 @@
+"""Gandiva migration: to freed GPUs, for locality, and to defragment.
+
+Every move restores a job from a checkpoint onto a free GPU set, so it costs
+the job a short pause; these passes only move a job when it gains from it.
+"""
+
+from __future__ import annotations
+
+from gctl.core.decisions import Decision, Migrate
+from gctl.core.model import JobStatus
+from gctl.core.placement import free_set, node_set
+from gctl.core.state import ClusterState, GroupKey, NodeState
+
+
+def _move(state: ClusterState, job_id: str, dst: GroupKey, now: float, why: str) -> list[Decision]:
+    src = state.jobs[job_id].gpus
+    return state.commit([Migrate(job_id, src, dst, why)], now)
+
+
+def unslice(state: ClusterState, now: float) -> list[Decision]:
+    """Move jobs waiting for a time slice onto free GPUs, highest priority and oldest first."""
+    if not state.total_free or not state.shared:
+        return []
+    waiting = [
+        state.jobs[m]
+        for key in state.shared
+        for m in state.groups[key]
+        if state.jobs[m].status is JobStatus.SUSPENDED
+    ]
+    waiting.sort(key=lambda j: (-int(j.spec.priority), j.seq))
+    out: list[Decision] = []
+    for js in waiting:
+        if state.total_free < js.held:
+            continue
+        dst = free_set(state, js.held, span=False)
+        if dst is None:
+            continue
+        where = js.gpus[0][0]
+        out += _move(state, js.id, dst, now, f"was waiting for a time slice on {where}; GPUs freed")
+    return out
+
+
+def regroup(state: ClusterState, now: float, max_moves: int) -> list[Decision]:
+    """Bring jobs spread over several nodes onto one node once one has room."""
+    out: list[Decision] = []
+    for key in list(state.scattered):
+        if len(out) >= max_moves:
+            break
+        members = state.groups[key]
+        if len(members) != 1 or state.jobs[members[0]].status is not JobStatus.RUNNING:
+            continue
+        dst = free_set(state, len(key), span=False)
+        if dst is None:
+            continue
+        nodes = len({n for n, _ in key})
+        why = f"spread over {nodes} nodes; {dst[0][0]} now has {len(key)} free GPUs together"
+        out += _move(state, members[0], dst, now, why)
+    return out
+
+
+def defragment(state: ClusterState, now: float, threshold: int, max_moves: int) -> list[Decision]:
+    """Empty the most-free non-idle node into fuller ones, until none has ``threshold`` free.
+
+    Only exclusive running jobs move, only to a node with fewer free GPUs,
+    and only onto a set whose locality is no worse; a node none of whose jobs
+    can move is left alone and the next one is tried.
+    """
+    out: list[Decision] = []
+    skip: set[str] = set()
+    while len(out) < max_moves:
+        src = _most_free_busy(state, threshold, skip)
+        if src is None:
+            break
+        moved = False
+        for key in sorted(src.groups, key=len):
+            members = state.groups[key]
+            if len(members) != 1 or key[0][0] != key[-1][0]:
+                continue
+            if state.jobs[members[0]].status is not JobStatus.RUNNING:
+                continue
+            dst = _fuller_home(state, src, key)
+            if dst is None:
+                continue
+            why = f"defragment: {src.name} had {src.free} free GPUs; moved to {dst[0][0]}"
+            out += _move(state, members[0], dst, now, why)
+            moved = True
+            break
+        if not moved:
+            skip.add(src.name)
+    return out
+
+
+def _most_free_busy(state: ClusterState, threshold: int, skip: set[str]) -> NodeState | None:
+    for ns in state.nodes_with_free(max(threshold, 1), most_free_first=True):
+        if ns.load > 0 and ns.name not in skip:
+            return ns
+    return None
+
+
+def _fuller_home(state: ClusterState, src: NodeState, key: GroupKey) -> GroupKey | None:
+    count = len(key)
+    spread = state.spread(key)
+    for ns in state.nodes_with_free(count):
+        if ns.free >= src.free:
+            break
+        if ns.load == 0 or ns.name == src.name:
+            continue
+        dst = node_set(ns, count)
+        if dst is not None and state.spread(dst) <= spread:
+            return dst
+    return None

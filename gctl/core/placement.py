@@ -1,0 +1,157 @@
+"""Finding GPUs for a job: Gandiva's Algorithm 1 and the free-set searches it is built from.
+
+Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
+
+1. nodes of affinity g, least loaded first: the first with height < 1 and g
+   free GPUs takes it;
+2. else an empty node (affinity 0), which then gets affinity g;
+3. else any node(s) with free GPUs, ignoring affinity: the node with the
+   fewest free GPUs that still fits (best fit, keeping big holes for big
+   jobs), or several nodes, most free first, when no single node fits;
+4. else, when no GPU is free, the least loaded node of affinity g is
+   oversubscribed: the job joins the GPU set there with the fewest jobs and
+   they take turns (never joining a set that holds higher-priority work, and
+   never pushing a node above ``max_height``);
+5. else the job is queued.
+
+Inside a node the job gets the best-connected free GPU set (topology link
+scores). Jobs larger than one node take step 3 only: they are never
+time-sliced, since that would need every node in the set to turn together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gctl.core.decisions import Decision, Place, Queue, Suspend
+from gctl.core.model import GpuRef, JobStatus, ShareMode
+from gctl.core.state import ClusterState, GroupKey, JobState, NodeState
+
+
+def node_set(ns: NodeState, count: int) -> GroupKey | None:
+    """Best-connected ``count`` free GPUs of one node, or None."""
+    idx = ns.topo.best_set(ns.free_mask, count)
+    if idx is None:
+        return None
+    return tuple((ns.name, i) for i in idx)
+
+
+def first_fitting(nodes: Iterable[NodeState], count: int) -> GroupKey | None:
+    """The best free set on the first of ``nodes`` that has ``count`` free GPUs."""
+    for ns in nodes:
+        if ns.free >= count:
+            found = node_set(ns, count)
+            if found is not None:
+                return found
+    return None
+
+
+def affinity_set(state: ClusterState, count: int) -> GroupKey | None:
+    """Steps 1 and 2: the least loaded node of affinity ``count`` below height 1, else an empty one.
+
+    (A node of affinity ``count`` is only used while its height is below 1.)
+    """
+    for ns in state.nodes_by_affinity(count):
+        if ns.load >= ns.size:
+            break
+        if ns.free >= count:
+            found = node_set(ns, count)
+            if found is not None:
+                return found
+    return first_fitting(state.nodes_by_affinity(0), count)
+
+
+def spanning_set(state: ClusterState, count: int) -> GroupKey | None:
+    """GPUs from as few nodes as possible (most free first), or None when too few are free."""
+    if state.total_free < count:
+        return None
+    chosen: list[GpuRef] = []
+    for ns in state.nodes_with_free(1, most_free_first=True):
+        take = min(ns.free, count - len(chosen))
+        part = node_set(ns, take)
+        if part is not None:
+            chosen.extend(part)
+        if len(chosen) == count:
+            return tuple(sorted(chosen))
+    return None
+
+
+def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey | None:
+    """Steps 1 to 3: the Gandiva choice among free GPUs, or None when nothing is free."""
+    if count <= state.max_size:
+        found = affinity_set(state, count) or first_fitting(state.nodes_with_free(count), count)
+        if found is not None or not span:
+            return found
+    elif not span:
+        return None
+    return spanning_set(state, count)
+
+
+def _top_priority(state: ClusterState, members: list[str]) -> int:
+    return max(int(state.jobs[m].spec.priority) for m in members)
+
+
+def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> GroupKey | None:
+    """Step 4: the GPU set to share on the least loaded node of the job's affinity."""
+    count = js.spec.gpus
+    if count > state.max_size:
+        return None
+    prio = int(js.spec.priority)
+    for ns in state.nodes_by_affinity(count):
+        if (ns.load + count) > max_height * ns.size:
+            break
+        best: tuple[int, int, GroupKey] | None = None
+        for key in ns.groups:
+            if len(key) != count or key[0][0] != key[-1][0]:
+                continue
+            members = state.groups[key]
+            top = _top_priority(state, members)
+            if top > prio or (len(members) > 1 and _all_running(state, members)):
+                continue
+            rank = (len(members), top, key)
+            if best is None or rank < best:
+                best = rank
+        if best is not None:
+            return best[2]
+    return None
+
+
+def _all_running(state: ClusterState, members: list[str]) -> bool:
+    return all(state.jobs[m].status is JobStatus.RUNNING for m in members)
+
+
+def place(state: ClusterState, js: JobState, now: float, max_height: float) -> list[Decision]:
+    """Run Algorithm 1 for a pending job and commit the result to ``state``."""
+    count = js.spec.gpus
+    decisions: list[Decision] = []
+    gpus = free_set(state, count)
+    if gpus is not None:
+        nodes = dict.fromkeys(n for n, _ in gpus)
+        where = ",".join(nodes)
+        if len(nodes) > 1:
+            reason = f"no single node had {count} free GPUs; spread over {where}"
+        else:
+            reason = f"{count} free GPUs on {where} (affinity {state.nodes[where].affinity})"
+        decisions.append(Place(js.id, gpus, ShareMode.EXCLUSIVE, reason))
+    else:
+        key = timeslice_group(state, js, max_height)
+        if key is None:
+            if js.reason.startswith("queued") and js.status is JobStatus.PENDING:
+                return []
+            free = state.total_free
+            reason = f"queued: needs {count} GPUs, {free} free, no node to share"
+            return state.commit([Queue(js.id, reason)], now)
+        members = state.groups[key]
+        for m in members:
+            if state.jobs[m].status is JobStatus.RUNNING:
+                decisions.append(Suspend(m, f"time slice handed to new job {js.id}"))
+        node = key[0][0]
+        decisions.append(
+            Place(
+                js.id,
+                key,
+                ShareMode.TIMESLICED,
+                f"no free GPUs; time-slicing with {len(members)} job(s) on {node}",
+            )
+        )
+    return state.commit(decisions, now)

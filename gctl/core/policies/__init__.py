@@ -1,0 +1,1 @@
+"""Built-in scheduling policies, registered through the ``gctl.policies`` entry points."""

@@ -1,0 +1,130 @@
+"""The Gandiva policy: reactive Algorithm 1 placement plus the introspective pass.
+
+Reactive (:meth:`GandivaPolicy.schedule`, on every submit, finish or node
+change): hand freed time slices on, shrink elastic jobs when queued work
+needs GPUs, place pending jobs by Algorithm 1 (high priority first, then in
+arrival order), then move time-sliced jobs onto GPUs that came free.
+
+Introspective (:meth:`GandivaPolicy.introspect`, every quantum): review
+packs, rotate time slices, pack light waiting jobs, regroup jobs spread over
+nodes, defragment while work waits, and grow elastic jobs after an idle
+period. Each mechanism can be switched off for comparisons.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gctl.core import elastic, migration, packing, placement, timeslice
+from gctl.core.decisions import Decision
+from gctl.core.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class GandivaConfig:
+    """Tunables, with Gandiva's published choices as defaults where it gives them."""
+
+    quantum: float = 60.0
+    max_height: float = 4.0
+    timeslicing: bool = True
+    packing: bool = True
+    pack_util_limit: float = 1.0
+    pack_keep_above: float = 1.0
+    max_packs_per_pass: int = 32
+    migration: bool = True
+    max_moves_per_pass: int = 32
+    defrag_threshold: int = 2
+    elastic: bool = True
+    grow_idle_period: float = 600.0
+
+
+class GandivaPolicy:
+    """Gandiva introspective scheduling (DESIGN §2.1)."""
+
+    name = "gandiva"
+
+    def __init__(self, config: GandivaConfig | None = None, **options: Any) -> None:
+        """Build from a config, or from keyword overrides of the default config."""
+        base = config or GandivaConfig()
+        self.config = replace(base, **options)
+        self._memory = packing.PackingMemory()
+        self._idle_since: float | None = None
+
+    def schedule(self, state: ClusterState, now: float) -> list[Decision]:
+        """Reactive pass: hand on freed slices, shrink on demand, place pending, un-slice."""
+        cfg = self.config
+        out = timeslice.resume_idle_sets(state, now)
+        if cfg.elastic and state.elastic and state.pending:
+            demand = sum(g for (_, g), jobs in state.pending.items() for _ in jobs)
+            if demand > state.total_free:
+                out += elastic.shrink(state, now, demand - state.total_free)
+        out += self._place_pending(state, now)
+        if cfg.migration:
+            out += migration.unslice(state, now)
+        return out
+
+    def _place_pending(self, state: ClusterState, now: float) -> list[Decision]:
+        """Algorithm 1 for each pending job, high priority first, then in arrival order.
+
+        A job that cannot be placed holds back the later jobs of its bucket
+        (same priority and size): they would get the same answer.
+        """
+        height = self.config.max_height if self.config.timeslicing else 1.0
+        iters = {key: iter(list(bucket)) for key, bucket in state.pending.items()}
+        heads: list[tuple[int, int, str, tuple[int, int]]] = []
+        for key, it in iters.items():
+            first = next(it)
+            heads.append((-key[0], state.jobs[first].seq, first, key))
+        heapq.heapify(heads)
+        out: list[Decision] = []
+        while heads:
+            _, _, job_id, key = heapq.heappop(heads)
+            js = state.jobs[job_id]
+            out += placement.place(state, js, now, height)
+            if not js.gpus:
+                continue
+            nxt = next(iters[key], None)
+            if nxt is not None:
+                heapq.heappush(heads, (-key[0], state.jobs[nxt].seq, nxt, key))
+        return out
+
+    def introspect(self, state: ClusterState, now: float) -> list[Decision]:
+        """Introspective pass over running jobs."""
+        cfg = self.config
+        out = timeslice.resume_idle_sets(state, now)
+        if cfg.packing:
+            out += packing.review_packs(state, now, self._memory, cfg.pack_keep_above)
+        if cfg.timeslicing:
+            out += timeslice.rotate(state, now, cfg.quantum)
+        if cfg.packing and state.shared:
+            out += packing.pack_waiting(
+                state, now, self._memory, cfg.pack_util_limit, cfg.max_packs_per_pass
+            )
+        if cfg.migration:
+            out += migration.unslice(state, now)
+            out += migration.regroup(state, now, cfg.max_moves_per_pass)
+            if state.pending or state.shared:
+                out += migration.defragment(
+                    state, now, cfg.defrag_threshold, cfg.max_moves_per_pass
+                )
+        if cfg.elastic and state.elastic:
+            out += self._grow_when_idle(state, now)
+        self._memory.prune(state.jobs)
+        return out
+
+    def _grow_when_idle(self, state: ClusterState, now: float) -> list[Decision]:
+        idle = state.total_free > 0 and not state.pending and not state.shared
+        if not idle:
+            self._idle_since = None
+            return []
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self.config.grow_idle_period:
+            return []
+        return elastic.grow(state, now, self.config.grow_idle_period)
+
+    def wants_introspection(self, state: ClusterState) -> bool:
+        """Whether a pass could change anything: shared sets, queued, spread or elastic jobs."""
+        return bool(state.shared or state.pending or state.scattered or state.elastic)

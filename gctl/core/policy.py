@@ -1,0 +1,60 @@
+"""The policy interface every scheduler implements, and lookup of registered policies.
+
+Built-in policies and plugins are both found through the ``gctl.policies``
+entry-point group, so a plugin is installed and chosen exactly like a built-in.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from gctl.core.decisions import Decision
+from gctl.core.state import ClusterState
+
+ENTRY_POINT_GROUP = "gctl.policies"
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A scheduler: decides on events (reactive) and periodically (introspective).
+
+    Both methods commit every decision to ``state`` (``state.apply``) as they
+    take it and return the decisions in the order they were taken.
+    """
+
+    name: str
+
+    def schedule(self, state: ClusterState, now: float) -> list[Decision]:
+        """React to submissions, finishes and node changes already recorded in ``state``."""
+        ...
+
+    def introspect(self, state: ClusterState, now: float) -> list[Decision]:
+        """Periodic pass over running jobs: time slicing, packing, migration, resizing."""
+        ...
+
+    def wants_introspection(self, state: ClusterState) -> bool:
+        """Whether :meth:`introspect` could decide anything now (lets callers skip idle passes)."""
+        ...
+
+
+class UnknownPolicyError(LookupError):
+    """No policy of that name is registered."""
+
+
+def available_policies() -> list[str]:
+    """Names of every registered policy, sorted."""
+    return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def load_policy(name: str, **options: Any) -> Policy:
+    """Instantiate the policy registered under ``name`` with ``options``."""
+    matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not matches:
+        known = ", ".join(available_policies()) or "none"
+        raise UnknownPolicyError(f"unknown policy {name!r} (registered: {known})")
+    factory = matches[0].load()
+    policy = factory(**options)
+    if not isinstance(policy, Policy):
+        raise UnknownPolicyError(f"entry point {name!r} does not implement the policy interface")
+    return policy

@@ -1,0 +1,426 @@
+"""The scheduler's working model of a cluster: who holds which GPUs, and indexes to find room fast.
+
+GPUs are held by *groups*: the jobs resident on one exact GPU set. A group of
+one job is exclusive; a group whose members all run is a pack; otherwise its
+members take turns (time slicing). Groups never overlap, which keeps node
+load, free GPUs and affinity cheap to maintain.
+
+A policy reads this model and commits each decision to it with
+:meth:`ClusterState.apply` as it takes it, so later decisions in the same
+pass see earlier ones. Nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from gctl.core.decisions import (
+    Decision,
+    Grow,
+    Migrate,
+    Pack,
+    Place,
+    Queue,
+    Resume,
+    Shrink,
+    Suspend,
+    Unpack,
+)
+from gctl.core.model import (
+    Cluster,
+    GpuRef,
+    JobSpec,
+    JobStatus,
+    Node,
+    Observed,
+    ShareMode,
+)
+from gctl.core.topology import Spread, Topology
+
+GroupKey = tuple[GpuRef, ...]
+"""A group is named by its sorted GPU set."""
+
+
+class StateError(ValueError):
+    """A decision or event that does not fit the current state."""
+
+
+@dataclass(slots=True)
+class JobState:
+    """A live job as the scheduler tracks it."""
+
+    spec: JobSpec
+    seq: int = 0
+    status: JobStatus = JobStatus.PENDING
+    gpus: GroupKey = ()
+    since: float = 0.0
+    first_run: float | None = None
+    last_resumed: float = 0.0
+    observed: Observed | None = None
+    solo_rate: float | None = None
+    packed_at: float | None = None
+    resized_at: float | None = None
+    moves: int = 0
+    reason: str = ""
+
+    @property
+    def id(self) -> str:
+        """The job id."""
+        return self.spec.id
+
+    @property
+    def held(self) -> int:
+        """GPUs the job holds now (differs from the spec when grown or shrunk)."""
+        return len(self.gpus)
+
+
+@dataclass(slots=True)
+class NodeState:
+    """One node's occupancy."""
+
+    node: Node
+    topo: Topology
+    group_of: list[GroupKey | None]
+    free_mask: int
+    load: int = 0
+    affinity: int = 0
+    up: bool = True
+    groups: dict[GroupKey, None] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The node name."""
+        return self.node.name
+
+    @property
+    def size(self) -> int:
+        """GPUs on the node."""
+        return self.node.size
+
+    @property
+    def free(self) -> int:
+        """GPUs nobody holds."""
+        return self.free_mask.bit_count()
+
+    @property
+    def height(self) -> float:
+        """Gandiva node height: GPUs allocated to resident jobs over GPUs present."""
+        return self.load / self.size if self.size else 0.0
+
+
+class ClusterState:
+    """Mutable scheduler model of one cluster and its live jobs."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        """Start with every node empty and no jobs."""
+        self.nodes: dict[str, NodeState] = {}
+        self.jobs: dict[str, JobState] = {}
+        self.groups: dict[GroupKey, list[str]] = {}
+        self.shared: dict[GroupKey, None] = {}
+        self.pending: dict[tuple[int, int], dict[str, None]] = {}
+        self.dirty: dict[GroupKey, None] = {}
+        self.scattered: dict[GroupKey, None] = {}
+        self.elastic: dict[str, None] = {}
+        self._seq = 0
+        self.total_free = 0
+        self.max_size = 0
+        self._by_aff_load: dict[int, dict[int, dict[str, None]]] = {}
+        self._by_free: dict[int, dict[str, None]] = {}
+        self._keys: dict[str, tuple[int, int, int]] = {}
+        topologies: dict[tuple[object, ...], Topology] = {}
+        for node in cluster.nodes:
+            if node.name in self.nodes:
+                raise StateError(f"duplicate node name {node.name!r}")
+            topo = topologies.setdefault(node.gpus, Topology(node.gpus))
+            ns = NodeState(node, topo, [None] * node.size, (1 << node.size) - 1)
+            self.nodes[node.name] = ns
+            self.total_free += node.size
+            self.max_size = max(self.max_size, node.size)
+            self._index(ns)
+
+    # ---- indexes -------------------------------------------------------
+
+    def _index(self, ns: NodeState) -> None:
+        self._by_aff_load.setdefault(ns.affinity, {}).setdefault(ns.load, {})[ns.name] = None
+        free = ns.free
+        self._by_free.setdefault(free, {})[ns.name] = None
+        self._keys[ns.name] = (ns.affinity, ns.load, free)
+
+    def _unindex(self, ns: NodeState) -> None:
+        aff, load, free = self._keys.pop(ns.name)
+        by_load = self._by_aff_load[aff]
+        del by_load[load][ns.name]
+        if not by_load[load]:
+            del by_load[load]
+        del self._by_free[free][ns.name]
+        if not self._by_free[free]:
+            del self._by_free[free]
+
+    def nodes_by_affinity(self, affinity: int) -> Iterator[NodeState]:
+        """Up nodes of one affinity, least loaded first."""
+        by_load = self._by_aff_load.get(affinity)
+        if not by_load:
+            return
+        for load in sorted(by_load):
+            for name in by_load[load]:
+                yield self.nodes[name]
+
+    def nodes_with_free(self, at_least: int, most_free_first: bool = False) -> Iterator[NodeState]:
+        """Up nodes with at least ``at_least`` free GPUs, fewest free first unless asked."""
+        counts = sorted((f for f in self._by_free if f >= at_least), reverse=most_free_first)
+        for f in counts:
+            for name in self._by_free[f]:
+                yield self.nodes[name]
+
+    # ---- queries -------------------------------------------------------
+
+    def job(self, job_id: str) -> JobState:
+        """A live job, or :class:`StateError` naming it."""
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise StateError(f"unknown job {job_id!r}") from None
+
+    def members(self, key: GroupKey) -> list[str]:
+        """Jobs resident on a GPU set, in round-robin order."""
+        return self.groups.get(key, [])
+
+    def mode_of(self, job_id: str) -> ShareMode:
+        """Exclusive, packed (all members run) or time-sliced."""
+        js = self.job(job_id)
+        members = self.groups.get(js.gpus, [])
+        if len(members) <= 1:
+            return ShareMode.EXCLUSIVE
+        if all(self.jobs[m].status is JobStatus.RUNNING for m in members):
+            return ShareMode.PACKED
+        return ShareMode.TIMESLICED
+
+    def spread(self, gpus: GroupKey) -> Spread:
+        """Locality class of a GPU set."""
+        nodes = {n for n, _ in gpus}
+        if len(nodes) > 1:
+            return Spread.CROSS_NODE
+        if len(gpus) <= 1:
+            return Spread.SINGLE
+        ns = self.nodes[gpus[0][0]]
+        return ns.topo.spread(tuple(i for _, i in gpus))
+
+    def cluster_height(self) -> float:
+        """Gandiva cluster height: the highest node height."""
+        return max((ns.height for ns in self.nodes.values() if ns.up), default=0.0)
+
+    def pending_ids(self) -> Iterator[str]:
+        """Pending jobs, high priority first, each bucket in arrival order."""
+        for key in sorted(self.pending, key=lambda k: (-k[0], k[1])):
+            yield from list(self.pending[key])
+
+    def has_pending(self) -> bool:
+        """Whether any job waits for a first placement."""
+        return bool(self.pending)
+
+    # ---- events --------------------------------------------------------
+
+    def submit(self, spec: JobSpec, now: float) -> JobState:
+        """Add a new job to the pending queue."""
+        if spec.id in self.jobs:
+            raise StateError(f"job {spec.id!r} already exists")
+        self._seq += 1
+        js = JobState(spec, seq=self._seq, since=now)
+        self.jobs[spec.id] = js
+        self._enqueue(js)
+        return js
+
+    def finish(self, job_id: str, now: float) -> JobState:
+        """Remove a job that completed, failed or was cancelled."""
+        js = self.job(job_id)
+        if js.status is JobStatus.PENDING:
+            self._dequeue(js)
+        elif js.gpus:
+            self._leave(js)
+        js.status = JobStatus.DONE
+        js.since = now
+        del self.jobs[job_id]
+        return js
+
+    def observe(self, job_id: str, sample: Observed) -> None:
+        """Record a profile sample; a sample taken alone on the job's GPUs sets its solo rate."""
+        js = self.job(job_id)
+        js.observed = sample
+        if js.status is JobStatus.RUNNING and len(self.groups.get(js.gpus, ())) == 1:
+            js.solo_rate = sample.progress_rate
+
+    def node_down(self, name: str, now: float) -> list[str]:
+        """Take a node out of service; its jobs go back to the queue. Returns their ids."""
+        ns = self.nodes[name]
+        requeued: list[str] = []
+        for key in list(ns.groups):
+            for job_id in list(self.groups[key]):
+                js = self.jobs[job_id]
+                self._leave(js)
+                js.status = JobStatus.PENDING
+                js.since = now
+                self._enqueue(js)
+                requeued.append(job_id)
+        if ns.up:
+            self._unindex(ns)
+            self.total_free -= ns.free
+            ns.up = False
+        return requeued
+
+    def node_up(self, name: str) -> None:
+        """Return a node to service."""
+        ns = self.nodes[name]
+        if not ns.up:
+            ns.up = True
+            self.total_free += ns.free
+            self._index(ns)
+
+    # ---- decisions -----------------------------------------------------
+
+    def apply(self, d: Decision, now: float) -> None:
+        """Commit one decision to the model (bookkeeping only, no side effects)."""
+        js = self.job(d.job_id)
+        js.reason = d.reason
+        match d:
+            case Place(gpus=gpus):
+                if js.status is not JobStatus.PENDING:
+                    raise StateError(f"job {js.id} is not pending")
+                self._dequeue(js)
+                self._join(js, gpus, now)
+            case Queue():
+                pass
+            case Suspend():
+                self._expect(js, JobStatus.RUNNING)
+                self._set(js, JobStatus.SUSPENDED, now)
+            case Resume():
+                self._expect(js, JobStatus.SUSPENDED)
+                self._set(js, JobStatus.RUNNING, now)
+            case Pack(gpus=gpus):
+                self._leave(js)
+                self._join(js, gpus, now)
+                js.packed_at = now
+                for other in self.groups[js.gpus]:
+                    self.jobs[other].packed_at = now
+            case Unpack():
+                self._expect(js, JobStatus.RUNNING)
+                self._set(js, JobStatus.SUSPENDED, now)
+                for other in self.groups[js.gpus]:
+                    self.jobs[other].packed_at = None
+            case Migrate(dst=gpus):
+                self._leave(js)
+                self._join(js, gpus, now)
+                js.moves += 1
+            case Grow(gpus=gpus) | Shrink(gpus=gpus):
+                self._leave(js)
+                self._join(js, gpus, now)
+                js.resized_at = now
+
+    def commit(self, decisions: list[Decision], now: float) -> list[Decision]:
+        """Apply decisions in order and hand them back, for policies building a batch."""
+        for d in decisions:
+            self.apply(d, now)
+        return decisions
+
+    # ---- internals -----------------------------------------------------
+
+    @staticmethod
+    def _expect(js: JobState, status: JobStatus) -> None:
+        if js.status is not status:
+            raise StateError(f"job {js.id} is {js.status.value}, expected {status.value}")
+
+    @staticmethod
+    def _set(js: JobState, status: JobStatus, now: float) -> None:
+        js.status = status
+        js.since = now
+        if status is JobStatus.RUNNING:
+            js.last_resumed = now
+            if js.first_run is None:
+                js.first_run = now
+
+    def _enqueue(self, js: JobState) -> None:
+        self.pending.setdefault((int(js.spec.priority), js.spec.gpus), {})[js.id] = None
+
+    def _dequeue(self, js: JobState) -> None:
+        key = (int(js.spec.priority), js.spec.gpus)
+        bucket = self.pending[key]
+        del bucket[js.id]
+        if not bucket:
+            del self.pending[key]
+
+    def _join(self, js: JobState, gpus: GroupKey, now: float) -> None:
+        """Make ``js`` resident and running on ``gpus`` (a free set or an existing group)."""
+        key = tuple(sorted(gpus))
+        members = self.groups.get(key)
+        if members is None:
+            self._claim(key)
+            members = self.groups[key] = []
+        elif js.id in members:
+            raise StateError(f"job {js.id} already on {key}")
+        members.append(js.id)
+        if len(members) == 2:
+            self.shared[key] = None
+        if key[0][0] != key[-1][0]:
+            self.scattered[key] = None
+        if js.spec.elastic:
+            self.elastic[js.id] = None
+        for node in dict.fromkeys(n for n, _ in key):
+            ns = self.nodes[node]
+            on_node = sum(1 for n, _ in key if n == node)
+            self._unindex(ns)
+            ns.load += on_node
+            if ns.affinity == 0:
+                ns.affinity = min(js.spec.gpus, ns.size)
+            self._index(ns)
+        js.gpus = key
+        self._set(js, JobStatus.RUNNING, now)
+
+    def _claim(self, key: GroupKey) -> None:
+        """Mark a free GPU set as held by a new group."""
+        for node, idx in key:
+            ns = self.nodes.get(node)
+            if ns is None or not ns.up:
+                raise StateError(f"node {node!r} is not available")
+            if idx >= ns.size or not ns.free_mask >> idx & 1:
+                raise StateError(f"GPU {node}:{idx} is not free")
+        for node in dict.fromkeys(n for n, _ in key):
+            ns = self.nodes[node]
+            self._unindex(ns)
+            for n, idx in key:
+                if n == node:
+                    ns.free_mask &= ~(1 << idx)
+                    ns.group_of[idx] = key
+                    self.total_free -= 1
+            ns.groups[key] = None
+            self._index(ns)
+
+    def _leave(self, js: JobState) -> None:
+        """Take ``js`` off its GPUs; free them when it was the last member."""
+        key = js.gpus
+        members = self.groups[key]
+        members.remove(js.id)
+        if len(members) == 1:
+            self.shared.pop(key, None)
+        self.elastic.pop(js.id, None)
+        for node in dict.fromkeys(n for n, _ in key):
+            ns = self.nodes[node]
+            on_node = sum(1 for n, _ in key if n == node)
+            self._unindex(ns)
+            ns.load -= on_node
+            if not members:
+                for n, idx in key:
+                    if n == node:
+                        ns.free_mask |= 1 << idx
+                        ns.group_of[idx] = None
+                        self.total_free += 1
+                del ns.groups[key]
+            if ns.load == 0:
+                ns.affinity = 0
+            self._index(ns)
+        if members:
+            self.dirty[key] = None
+        else:
+            del self.groups[key]
+            self.dirty.pop(key, None)
+            self.scattered.pop(key, None)
+        js.gpus = ()
