@@ -42,6 +42,10 @@ class UnknownPolicyError(LookupError):
     """No policy of that name is registered."""
 
 
+class PolicyOptionError(ValueError):
+    """An option the policy does not have, or a value it cannot take."""
+
+
 def available_policies() -> list[str]:
     """Names of every registered policy, sorted."""
     return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
@@ -54,7 +58,10 @@ def load_policy(name: str, **options: Any) -> Policy:
         known = ", ".join(available_policies()) or "none"
         raise UnknownPolicyError(f"unknown policy {name!r} (registered: {known})")
     factory = matches[0].load()
-    policy = factory(**options)
+    try:
+        policy = factory(**options)
+    except TypeError as exc:
+        raise PolicyOptionError(f"policy {name!r}: {exc}") from None
     if not isinstance(policy, Policy):
         raise UnknownPolicyError(f"entry point {name!r} does not implement the policy interface")
     return policy

@@ -197,14 +197,12 @@ class ClusterState:
         return ShareMode.TIMESLICED
 
     def spread(self, gpus: GroupKey) -> Spread:
-        """Locality class of a GPU set."""
-        nodes = {n for n, _ in gpus}
-        if len(nodes) > 1:
-            return Spread.CROSS_NODE
+        """Locality class of a GPU set (sorted, as every group key is)."""
         if len(gpus) <= 1:
             return Spread.SINGLE
-        ns = self.nodes[gpus[0][0]]
-        return ns.topo.spread(tuple(i for _, i in gpus))
+        if gpus[0][0] != gpus[-1][0]:
+            return Spread.CROSS_NODE
+        return self.nodes[gpus[0][0]].topo.spread(tuple(i for _, i in gpus))
 
     def cluster_height(self) -> float:
         """Gandiva cluster height: the highest node height."""
@@ -244,10 +242,13 @@ class ClusterState:
         return js
 
     def observe(self, job_id: str, sample: Observed) -> None:
-        """Record a profile sample; a sample taken alone on the job's GPUs sets its solo rate."""
+        """Record a profile sample; one taken with no other job running on its GPUs is its solo rate."""
         js = self.job(job_id)
         js.observed = sample
-        if js.status is JobStatus.RUNNING and len(self.groups.get(js.gpus, ())) == 1:
+        if js.status is JobStatus.RUNNING and not any(
+            m != job_id and self.jobs[m].status is JobStatus.RUNNING
+            for m in self.groups.get(js.gpus, ())
+        ):
             js.solo_rate = sample.progress_rate
 
     def node_down(self, name: str, now: float) -> list[str]:

@@ -40,13 +40,18 @@ def resume_idle_sets(state: ClusterState, now: float) -> list[Decision]:
 def rotate(state: ClusterState, now: float, quantum: float) -> list[Decision]:
     """Hand each time-sliced set to its next job once the runner has used its quantum."""
     out: list[Decision] = []
+    jobs = state.jobs
     for key in list(state.shared):
         members = state.groups[key]
-        running = [m for m in members if state.jobs[m].status is JobStatus.RUNNING]
-        if len(running) != 1:
-            continue
-        current = state.jobs[running[0]]
-        if now - current.last_resumed < quantum:
+        current = None
+        for m in members:
+            js = jobs[m]
+            if js.status is JobStatus.RUNNING:
+                if current is not None:
+                    current = None
+                    break
+                current = js
+        if current is None or now - current.last_resumed < quantum:
             continue
         nxt = next_in_turn(state, key, current.id)
         if nxt is None:

@@ -68,6 +68,7 @@ class Topology:
         self.size = len(gpus)
         self.score = [[link_score(a, b) if a is not b else 0 for b in gpus] for a in gpus]
         self._best: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        self._spread: dict[tuple[int, ...], Spread] = {}
 
     def set_score(self, indices: tuple[int, ...]) -> int:
         """Summed pair score of a GPU set."""
@@ -76,9 +77,12 @@ class Topology:
 
     def spread(self, indices: tuple[int, ...]) -> Spread:
         """Worst locality class among the pairs of a GPU set on this node."""
-        worst = Spread.SINGLE
-        for a, b in combinations(indices, 2):
-            worst = max(worst, pair_spread(self.gpus[a], self.gpus[b]))
+        worst = self._spread.get(indices)
+        if worst is None:
+            worst = Spread.SINGLE
+            for a, b in combinations(indices, 2):
+                worst = max(worst, pair_spread(self.gpus[a], self.gpus[b]))
+            self._spread[indices] = worst
         return worst
 
     def best_set(self, free_mask: int, count: int) -> tuple[int, ...] | None:

@@ -36,8 +36,8 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 
 from gctl.core.model import Cluster, JobSpec, Priority
@@ -75,18 +75,8 @@ class TraceError(ValueError):
         super().__init__(f"{where}: {reason}")
 
 
-@dataclass(slots=True)
-class _Row:
-    """One validated job row before sorting and shifting."""
-
-    order: int
-    submit: float
-    duration: float
-    gpus: int
-    job_id: str
-    profile: str | None = None
-    priority: Priority = Priority.NORMAL
-    cluster: str = ""
+_Row = tuple[float, float, int, str, str | None, Priority, str]
+"""A validated job row: submit s, duration s, GPUs, id, profile, priority, cluster."""
 
 
 def _show(value: str) -> str:
@@ -97,45 +87,54 @@ def _show(value: str) -> str:
 
 
 class _Reader:
-    """CSV rows of one file with their line numbers, and error helpers."""
+    """The CSV rows of one file, with line numbers for error messages."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = path
         raw = Path(path).read_bytes()
         try:
             text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            line = raw[: exc.start].count(b"\n") + 1
-            raise TraceError(path, line, "not valid UTF-8 text") from None
-        self._reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-        self.line = 0
+        except UnicodeDecodeError:
+            # Decode line by line to name the first bad line.
+            for number, line in enumerate(raw.split(b"\n"), 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise TraceError(path, number, "not valid UTF-8 text") from None
+            raise  # pragma: no cover - the loop above always finds the line
+        self._csv = csv.reader(io.StringIO(text, newline=""), strict=True)
+
+    @property
+    def line(self) -> int:
+        """Line number of the last line of the row read last (0 before any)."""
+        return self._csv.line_num
 
     def error(self, reason: str, line: int | None = -1) -> TraceError:
-        """A :class:`TraceError` at the current line (or ``line``)."""
+        """Build a :class:`TraceError` at the current line (or at ``line``)."""
         return TraceError(self.path, self.line if line == -1 else line, reason)
 
     def rows(self) -> Iterator[list[str]]:
-        """Yield non-blank rows; ``self.line`` is the row's (last) line number."""
-        reader = self._reader
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                raise self.error(f"malformed CSV: {exc}", reader.line_num) from None
-            self.line = reader.line_num
-            if row and any(row):
-                yield row
+        """Yield the non-blank rows; :attr:`line` tells where each one ends."""
+        try:
+            for row in self._csv:
+                if row and (len(row) > 1 or row[0].strip()):
+                    yield row
+        except csv.Error as exc:
+            raise self.error(f"malformed CSV: {exc}") from None
 
     def header(self) -> list[str]:
-        """The first non-blank row, with fields stripped."""
+        """Return the first non-blank row, with fields stripped."""
         for row in self.rows():
             return [field.strip() for field in row]
         raise self.error("empty file, expected a header", 1)
 
+    def width(self, row: list[str], width: int) -> None:
+        """Reject a row whose column count differs from the header's."""
+        if len(row) != width:
+            raise self.error(f"expected {width} columns, got {len(row)}")
+
     def number(self, value: str, column: str) -> float:
-        """A finite float read from ``column``."""
+        """Read a finite float from ``column``."""
         try:
             number = float(value)
         except ValueError:
@@ -145,7 +144,7 @@ class _Reader:
         return number
 
     def gpus(self, value: str, column: str) -> int:
-        """A GPU count >= 1 read from ``column``."""
+        """Read a GPU count >= 1 from ``column``."""
         try:
             gpus = int(value)
         except ValueError:
@@ -154,16 +153,12 @@ class _Reader:
             raise self.error(f"{column} must be >= 1, got {gpus}")
         return gpus
 
-    def duration(self, seconds: float, shown: str, column: str) -> float:
-        """Check a job duration is positive."""
-        if seconds <= 0:
-            raise self.error(f"{column} must be > 0, got {shown.strip()}")
-        return seconds
-
-    def check_width(self, row: list[str], width: int) -> None:
-        """Reject a row whose column count differs from the header's."""
-        if len(row) != width:
-            raise self.error(f"expected {width} columns, got {len(row)}")
+    def duration(self, value: str, column: str) -> float:
+        """Read a positive, finite duration from ``column``."""
+        duration = self.number(value, column)
+        if duration <= 0:
+            raise self.error(f"{column} must be > 0, got {value.strip()}")
+        return duration
 
 
 def _expected_headers() -> str:
@@ -175,7 +170,7 @@ def _expected_headers() -> str:
 
 
 def _detect(header: list[str]) -> str | None:
-    """Format named by a header, or ``None`` if it is neither."""
+    """Name the format a header belongs to, or ``None`` if it is neither."""
     if tuple(header) == PHILLY_HEADER:
         return "philly"
     if tuple(header[: len(MODELS_HEADER_PREFIX)]) == MODELS_HEADER_PREFIX:
@@ -183,53 +178,72 @@ def _detect(header: list[str]) -> str | None:
     return None
 
 
+def _timestamp(reader: _Reader, stamp: str) -> float:
+    """Seconds since 1970 of a naive ``YYYY-MM-DD HH:MM:SS`` timestamp."""
+    text = stamp.strip()
+    try:
+        if _TIMESTAMP_RE.fullmatch(text) is None:
+            raise ValueError(text)
+        return (datetime.fromisoformat(text) - _EPOCH).total_seconds()
+    except ValueError:
+        raise reader.error(f"bad timestamp {_show(stamp)}, expected YYYY-MM-DD HH:MM:SS") from None
+
+
+def _philly_error(reader: _Reader, row: list[str]) -> TraceError:
+    """Explain why a philly row failed the fast path."""
+    reader.width(row, len(PHILLY_HEADER))
+    stamp, duration, gpus, gpu_time, cluster = row
+    _timestamp(reader, stamp)
+    reader.duration(duration, "duration")
+    reader.gpus(gpus, "num_gpus")
+    reader.number(gpu_time, "gpu_time")
+    if not cluster.strip():
+        return reader.error("empty cluster")
+    return reader.error("bad row")  # pragma: no cover - every check is above
+
+
 def _read_philly(reader: _Reader) -> list[_Row]:
-    """Validate every data row of a philly trace (header already read)."""
+    """Validate every data row of a philly trace (header already read).
+
+    The loop is a fast path that checks everything at once; a row that fails
+    goes through :func:`_philly_error` for a precise message.
+    """
     rows: list[_Row] = []
-    width = len(PHILLY_HEADER)
-    fullmatch = _TIMESTAMP_RE.fullmatch
-    epoch = _EPOCH
+    append = rows.append
     seen: dict[str, float] = {}
+    normal = Priority.NORMAL
     for row in reader.rows():
-        reader.check_width(row, width)
-        stamp, duration_s, gpus_s, gpu_time_s, cluster = row
-        submit = seen.get(stamp)
-        if submit is None:
-            text = stamp.strip()
-            try:
-                if fullmatch(text) is None:
-                    raise ValueError
-                submit = (datetime.fromisoformat(text) - epoch).total_seconds()
-            except ValueError:
-                raise reader.error(
-                    f"bad timestamp {_show(stamp)}, expected YYYY-MM-DD HH:MM:SS"
-                ) from None
-            seen[stamp] = submit
-        duration = reader.duration(reader.number(duration_s, "duration"), duration_s, "duration")
-        gpus = reader.gpus(gpus_s, "num_gpus")
-        reader.number(gpu_time_s, "gpu_time")
-        cluster = cluster.strip()
-        if not cluster:
-            raise reader.error("empty cluster")
-        index = len(rows)
-        rows.append(_Row(index, submit, duration, gpus, f"p{index}", cluster=cluster))
+        try:
+            stamp, duration_s, gpus_s, gpu_time_s, cluster = row
+            submit = seen.get(stamp)
+            if submit is None:
+                submit = seen[stamp] = _timestamp(reader, stamp)
+            duration = float(duration_s)
+            gpus = int(gpus_s)
+            gpu_time = float(gpu_time_s)
+            cluster = cluster.strip()
+            if not (0.0 < duration < math.inf and gpus >= 1 and cluster):
+                raise ValueError
+            if gpu_time - gpu_time != 0.0:  # NaN or infinite
+                raise ValueError
+        except ValueError:
+            raise _philly_error(reader, row) from None
+        append((submit, duration, gpus, f"p{len(rows)}", None, normal, cluster))
     return rows
 
 
 def _read_models(reader: _Reader, header: list[str]) -> list[_Row]:
     """Validate every data row of a models trace (header already read)."""
-    header_line = reader.line
     if "duration" not in header:
-        raise reader.error("models header lacks a 'duration' column", header_line)
+        raise reader.error("models header lacks a 'duration' column")
     width = len(header)
-    i_id, i_gpus, i_submit, i_model = 0, 1, 2, 4
     i_duration = header.index("duration")
     i_priority = header.index("priority") if "priority" in header else None
     rows: list[_Row] = []
     first_line: dict[str, int] = {}
     for row in reader.rows():
-        reader.check_width(row, width)
-        job_id = row[i_id].strip()
+        reader.width(row, width)
+        job_id = row[0].strip()
         if not job_id:
             raise reader.error("empty job_id")
         if job_id in first_line:
@@ -237,11 +251,10 @@ def _read_models(reader: _Reader, header: list[str]) -> list[_Row]:
                 f"duplicate job_id {_show(job_id)} (first on line {first_line[job_id]})"
             )
         first_line[job_id] = reader.line
-        gpus = reader.gpus(row[i_gpus], "num_gpu")
-        submit = reader.number(row[i_submit], "submit_time") / 1000.0
-        duration_ms = reader.number(row[i_duration], "duration")
-        duration = reader.duration(duration_ms / 1000.0, row[i_duration], "duration")
-        model = row[i_model].strip()
+        gpus = reader.gpus(row[1], "num_gpu")
+        submit = reader.number(row[2], "submit_time") / 1000.0
+        duration = reader.duration(row[i_duration], "duration") / 1000.0
+        model = row[4].strip()
         if not model:
             raise reader.error("empty model_name")
         priority = Priority.NORMAL
@@ -251,7 +264,7 @@ def _read_models(reader: _Reader, header: list[str]) -> list[_Row]:
             if found is None:
                 raise reader.error(f"priority must be 0 or 1, got {_show(value)}")
             priority = found
-        rows.append(_Row(len(rows), submit, duration, gpus, job_id, model, priority))
+        rows.append((submit, duration, gpus, job_id, model, priority, ""))
     return rows
 
 
@@ -282,7 +295,7 @@ def _describe_clusters(counts: dict[str, int]) -> str:
 
 def _count_clusters(rows: list[_Row]) -> dict[str, int]:
     """Jobs per virtual cluster, most jobs first (ties by id)."""
-    counts = Counter(row.cluster for row in rows)
+    counts = Counter(row[6] for row in rows)
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
@@ -318,6 +331,7 @@ def load_trace(
             ``limit``, empty or reversed ``window``, ``virtual_cluster`` with
             a models trace).
         OSError: The file cannot be read.
+
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
@@ -329,7 +343,7 @@ def load_trace(
     if virtual_cluster is not None:
         if found != "philly":
             raise ValueError("virtual_cluster applies only to philly traces")
-        selected = [row for row in rows if row.cluster == virtual_cluster]
+        selected = [row for row in rows if row[6] == virtual_cluster]
         if not selected:
             raise TraceError(
                 path,
@@ -338,28 +352,28 @@ def load_trace(
                 + _describe_clusters(_count_clusters(rows)),
             )
         rows = selected
-    rows.sort(key=lambda row: row.submit)  # stable: ties keep file order
-    base = rows[0].submit
+    rows.sort(key=itemgetter(0))  # stable: ties keep file order
+    base = rows[0][0]
     if window is not None:
         low, high = base + window[0], base + window[1]
-        rows = [row for row in rows if low <= row.submit < high]
+        rows = [row for row in rows if low <= row[0] < high]
     if limit is not None:
         rows = rows[:limit]
     if not rows:
         return []
-    shift = rows[0].submit
+    shift = rows[0][0]
     return [
         TraceJob(
             JobSpec(
-                id=row.job_id,
-                gpus=row.gpus,
-                submit_time=row.submit - shift,
-                priority=row.priority,
-                profile=row.profile,
+                id=job_id,
+                gpus=gpus,
+                submit_time=submit - shift,
+                priority=priority,
+                profile=profile,
             ),
-            row.duration,
+            duration,
         )
-        for row in rows
+        for submit, duration, gpus, job_id, profile, priority, _ in rows
     ]
 
 
@@ -368,6 +382,7 @@ def virtual_clusters(path: str | Path) -> dict[str, int]:
 
     Raises:
         TraceError: The file is not a valid philly trace.
+
     """
     _, rows = _read(path, "philly")
     return _count_clusters(rows)

@@ -27,6 +27,7 @@ class GandivaConfig:
     """Tunables, with Gandiva's published choices as defaults where it gives them."""
 
     quantum: float = 60.0
+    reconsider_every: float = 300.0
     max_height: float = 4.0
     timeslicing: bool = True
     packing: bool = True
@@ -51,6 +52,7 @@ class GandivaPolicy:
         self.config = replace(base, **options)
         self._memory = packing.PackingMemory()
         self._idle_since: float | None = None
+        self._reconsidered: float | None = None
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
         """Reactive pass: hand on freed slices, shrink on demand, place pending, un-slice."""
@@ -91,17 +93,34 @@ class GandivaPolicy:
         return out
 
     def introspect(self, state: ClusterState, now: float) -> list[Decision]:
-        """Introspective pass over running jobs."""
+        """Introspective pass: rotate time slices every quantum; reconsider placements less often.
+
+        Pack reviews, packing, regrouping and defragmentation run at most
+        every ``reconsider_every`` seconds: they scan every GPU set, and their
+        inputs (profiles, free GPUs) change far more slowly than a quantum.
+        """
         cfg = self.config
         out = timeslice.resume_idle_sets(state, now)
-        if cfg.packing:
-            out += packing.review_packs(state, now, self._memory, cfg.pack_keep_above)
         if cfg.timeslicing:
             out += timeslice.rotate(state, now, cfg.quantum)
-        if cfg.packing and state.shared:
-            out += packing.pack_waiting(
-                state, now, self._memory, cfg.pack_util_limit, cfg.max_packs_per_pass
-            )
+        if self._reconsidered is None or now - self._reconsidered >= cfg.reconsider_every:
+            self._reconsidered = now
+            out += self._reconsider(state, now)
+        if cfg.elastic and state.elastic:
+            out += self._grow_when_idle(state, now)
+        return out + timeslice.resume_idle_sets(state, now)
+
+    def _reconsider(self, state: ClusterState, now: float) -> list[Decision]:
+        """Review packs, pack waiting jobs, regroup spread jobs, defragment."""
+        cfg = self.config
+        out: list[Decision] = []
+        if cfg.packing:
+            self._memory.prune(state.jobs)
+            out += packing.review_packs(state, now, self._memory, cfg.pack_keep_above)
+            if state.shared:
+                out += packing.pack_waiting(
+                    state, now, self._memory, cfg.pack_util_limit, cfg.max_packs_per_pass
+                )
         if cfg.migration:
             out += migration.unslice(state, now)
             out += migration.regroup(state, now, cfg.max_moves_per_pass)
@@ -109,9 +128,6 @@ class GandivaPolicy:
                 out += migration.defragment(
                     state, now, cfg.defrag_threshold, cfg.max_moves_per_pass
                 )
-        if cfg.elastic and state.elastic:
-            out += self._grow_when_idle(state, now)
-        self._memory.prune(state.jobs)
         return out
 
     def _grow_when_idle(self, state: ClusterState, now: float) -> list[Decision]:

@@ -1,0 +1,24 @@
+"""The errors a CLI command reports as one line and exit code 1, never as a traceback."""
+
+from __future__ import annotations
+
+from gctl.core.policy import PolicyOptionError, UnknownPolicyError
+from gctl.core.state import StateError
+from gctl.sim.cluster_spec import ClusterSpecError
+from gctl.sim.traces import TraceError
+
+
+class UsageError(ValueError):
+    """A value the user gave that no command can use."""
+
+
+USER_ERRORS: tuple[type[Exception], ...] = (
+    UsageError,
+    TraceError,
+    ClusterSpecError,
+    UnknownPolicyError,
+    PolicyOptionError,
+    StateError,
+    OSError,
+)
+"""Exceptions caused by input or environment; anything else is a bug and keeps its traceback."""

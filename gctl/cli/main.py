@@ -1,0 +1,46 @@
+"""The ``gctl`` command: every command group hangs off this Typer app."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gctl import __version__
+from gctl.cli import render, sim
+from gctl.cli.errors import USER_ERRORS
+
+app = typer.Typer(
+    help="Operations toolkit for bare-metal GPU clusters (Gandiva-style scheduling).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(sim.app, name="sim")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Operations toolkit for bare-metal GPU clusters."""
+
+
+def main() -> None:
+    """Console entry point: user errors become one line on stderr and exit 1.
+
+    Typer itself reports usage errors (exit 2); anything else is a bug and
+    keeps its traceback.
+    """
+    try:
+        app()
+    except USER_ERRORS as exc:
+        render.error(str(exc))
+        sys.exit(1)

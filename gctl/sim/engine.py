@@ -1,0 +1,231 @@
+"""Discrete-event simulator: a virtual clock driving the scheduler core.
+
+Arrivals and finishes call the policy's reactive ``schedule``; a periodic
+tick calls ``introspect`` while the policy wants it. The decisions come back
+already committed to the :class:`ClusterState`; :meth:`Simulator._effects`
+is the simulator's one place that turns them into consequences (job speeds,
+overhead, counters), as ``gctl/daemon/apply.py`` will for real hosts.
+
+Progress is tracked lazily: a job's remaining work is settled only when its
+speed changes, and its finish is a heap event invalidated by a version
+number whenever the speed changes again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gctl.core.decisions import Decision, Grow, Migrate, Pack, Resume, Shrink, Suspend
+from gctl.core.model import Cluster, JobStatus, Observed
+from gctl.core.policy import Policy
+from gctl.core.state import ClusterState, GroupKey
+from gctl.sim import perf, profiles
+from gctl.sim.metrics import Counters, JobRecord, Metrics, summarize
+from gctl.sim.workload import TraceJob
+
+_ARRIVAL, _FINISH, _TICK = 0, 1, 2
+_MOVES = (Migrate, Grow, Shrink)
+_EPS = 1e-9
+
+
+@dataclass(slots=True)
+class _Run:
+    """Engine-side progress of one job."""
+
+    job: TraceJob
+    profile: profiles.ModelProfile
+    work_left: float
+    speed: float = 0.0
+    last: float = 0.0
+    version: int = 0
+    key: GroupKey = ()
+    stale: bool = False
+    resume_cost: float = 0.0
+    move_cost: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """What a simulation produced."""
+
+    policy: str
+    metrics: Metrics
+    rejected: tuple[str, ...]
+    unfinished: tuple[str, ...]
+    events: int
+    wall_seconds: float
+
+
+@dataclass
+class Simulator:
+    """Replays trace jobs on a cluster under one policy."""
+
+    cluster: Cluster
+    policy: Policy
+    perf_config: perf.PerfConfig = field(default_factory=perf.PerfConfig)
+    tick: float = 60.0
+    horizon: float | None = None
+
+    def run(
+        self, jobs: Sequence[TraceJob], progress: Callable[[int, int], None] | None = None
+    ) -> SimResult:
+        """Simulate ``jobs`` to completion (or to ``horizon``) and summarise."""
+        started = time.perf_counter()
+        total = self.cluster.total_gpus
+        self.state = ClusterState(self.cluster)
+        self.runs: dict[str, _Run] = {}
+        self.counters = Counters()
+        self.records: list[JobRecord] = []
+        self.heap: list[tuple[float, int, int, str, int]] = []
+        self.busy_groups: dict[GroupKey, int] = {}
+        self.order = 0
+        self.busy = 0
+        self.busy_seconds = 0.0
+        self.clock = 0.0
+        rejected = tuple(j.spec.id for j in jobs if j.spec.gpus > total)
+        accepted = [j for j in jobs if j.spec.gpus <= total]
+        cfg = self.perf_config
+        for j in accepted:
+            model = j.spec.profile
+            self.runs[j.spec.id] = _Run(
+                j,
+                profiles.profile_for(model),
+                j.duration,
+                resume_cost=perf.resume_cost(model, cfg),
+                move_cost=perf.move_cost(model, cfg),
+            )
+            self._push(j.spec.submit_time, _ARRIVAL, j.spec.id)
+        tick_armed = False
+        events = 0
+        done = 0
+        while self.heap:
+            when, _, kind, job_id, version = heapq.heappop(self.heap)
+            if self.horizon is not None and when > self.horizon:
+                break
+            if kind == _FINISH:
+                run = self.runs.get(job_id)
+                if run is None or run.version != version:
+                    continue
+            self._advance(when)
+            events += 1
+            if kind == _ARRIVAL:
+                self.state.submit(self.runs[job_id].job.spec, when)
+                decisions = self.policy.schedule(self.state, when)
+            elif kind == _FINISH:
+                self._finish(job_id, when)
+                done += 1
+                if progress is not None:
+                    progress(done, len(accepted))
+                decisions = self.policy.schedule(self.state, when)
+            else:
+                tick_armed = False
+                decisions = self.policy.introspect(self.state, when)
+            self._effects(decisions, when)
+            if not tick_armed and self.policy.wants_introspection(self.state):
+                self._push(when + self.tick, _TICK, "")
+                tick_armed = True
+        unfinished = tuple(self.runs)
+        for job_id in unfinished:
+            js = self.state.jobs.get(job_id)
+            spec = self.runs[job_id].job.spec
+            first = js.first_run if js is not None else None
+            self.records.append(JobRecord(job_id, spec.gpus, spec.submit_time, first, None))
+        metrics = summarize(self.records, self.counters, self.busy_seconds, total)
+        return SimResult(
+            self.policy.name,
+            metrics,
+            rejected,
+            unfinished,
+            events,
+            time.perf_counter() - started,
+        )
+
+    # ---- clock and events ---------------------------------------------
+
+    def _push(self, when: float, kind: int, job_id: str, version: int = 0) -> None:
+        self.order += 1
+        heapq.heappush(self.heap, (when, self.order, kind, job_id, version))
+
+    def _advance(self, now: float) -> None:
+        self.busy_seconds += self.busy * (now - self.clock)
+        self.clock = now
+
+    def _finish(self, job_id: str, now: float) -> None:
+        run = self.runs.pop(job_id)
+        js = self.state.finish(job_id, now)
+        spec = run.job.spec
+        self.records.append(JobRecord(job_id, spec.gpus, spec.submit_time, js.first_run, now))
+        self._refresh({run.key: True}, {}, now)
+
+    # ---- the one place decisions take effect --------------------------
+
+    def _effects(self, decisions: list[Decision], now: float) -> None:
+        """Charge overheads, count decisions, and re-time every job they touched."""
+        touched: dict[str, None] = {}
+        keys: dict[GroupKey, bool] = {}
+        for d in decisions:
+            self.counters.count(d)
+            run = self.runs[d.job_id]
+            gpus = self.state.jobs[d.job_id].gpus
+            self._settle(run, now)
+            kind = type(d)
+            if kind is Resume:
+                run.work_left += run.resume_cost
+            elif kind in _MOVES or (kind is Pack and run.key != gpus):
+                run.work_left += run.move_cost
+            run.stale = True
+            touched[d.job_id] = None
+            regrouped = kind is not Suspend and kind is not Resume
+            keys[run.key] = keys.get(run.key, False) or regrouped
+            keys[gpus] = keys.get(gpus, False) or regrouped
+            run.key = gpus
+        self._refresh(keys, touched, now)
+
+    def _refresh(self, keys: dict[GroupKey, bool], touched: dict[str, None], now: float) -> None:
+        """Recount busy GPUs of changed groups and re-time ``touched`` jobs.
+
+        When a group's membership changed (``keys[key]`` true), every member
+        is re-timed: a pack partner's speed depends on who else runs there.
+        A time-slice turn (suspend/resume) only changes the two jobs involved.
+        """
+        for key, regrouped in keys.items():
+            if not key:
+                continue
+            self.busy -= self.busy_groups.pop(key, 0)
+            members = self.state.groups.get(key, ())
+            if any(self.state.jobs[m].status is JobStatus.RUNNING for m in members):
+                self.busy_groups[key] = len(key)
+                self.busy += len(key)
+            if regrouped:
+                touched.update(dict.fromkeys(members))
+        for job_id in touched:
+            if job_id in self.runs:
+                self._retime(job_id, now)
+
+    def _settle(self, run: _Run, now: float) -> None:
+        run.work_left -= run.speed * (now - run.last)
+        run.last = now
+
+    def _retime(self, job_id: str, now: float) -> None:
+        """Recompute a job's speed; re-plan its finish unless nothing about it changed."""
+        run = self.runs[job_id]
+        js = self.state.jobs[job_id]
+        speed = perf.speed(self.state, js, run.profile, self.perf_config)
+        if speed == run.speed and not run.stale:
+            return
+        self._settle(run, now)
+        run.stale = False
+        run.speed = speed
+        run.version += 1
+        if speed > 0:
+            seen = js.observed
+            packed = js.packed_at
+            if seen is None or seen.progress_rate != speed or (packed and seen.at < packed):
+                prof = run.profile
+                util = min(prof.gpu_util * speed, 1.0)
+                self.state.observe(job_id, Observed(now, util, prof.gpu_mem_mb, speed))
+            finish = now + max(run.work_left, 0.0) / run.speed
+            self._push(finish + _EPS, _FINISH, job_id, run.version)

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up gctl and run its main job on the embedded default: replay the bundled
+# Philly trace through the Gandiva scheduler and the FIFO baseline, side by side.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-venv.sh
+exec .venv/bin/gctl sim run traces/philly_models_trace3.csv --cluster 4x8 --policy gandiva --compare fifo "$@"
