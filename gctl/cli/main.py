@@ -41,6 +41,9 @@ def main() -> None:
     """
     try:
         app()
+    except OSError as exc:
+        render.error(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
+        sys.exit(1)
     except USER_ERRORS as exc:
         render.error(str(exc))
         sys.exit(1)

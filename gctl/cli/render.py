@@ -41,8 +41,9 @@ def emit_json(doc: Any) -> None:
 
 
 def error(message: str) -> None:
-    """One-line error on stderr."""
-    stderr().print(f"gctl: error: {message}", markup=False, highlight=False)
+    """One-line error on stderr, never wrapped to the terminal width so scripts can grep it."""
+    one_line = " ".join(message.split())
+    print(f"gctl: error: {one_line}", file=sys.stderr)
 
 
 def fmt_duration(seconds: float) -> str:

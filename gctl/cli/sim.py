@@ -80,14 +80,15 @@ def run_cmd(
         limit=limit,
         window=parse_window(window) if window else None,
     )
+    console = render.stderr()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=render.stderr(),
+        console=console,
         transient=True,
-        disable=json_out,
+        disable=json_out or not console.is_terminal,
     ) as bar:
         tasks: dict[str, int] = {}
 

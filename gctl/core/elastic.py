@@ -37,15 +37,9 @@ def grow(state: ClusterState, now: float, idle_period: float) -> list[Decision]:
         extra = min(ns.free, limit - js.held)
         if extra <= 0:
             continue
-        mask = ns.free_mask
-        for _, i in js.gpus:
-            mask |= 1 << i
-        chosen = ns.topo.best_set(mask, js.held + extra)
-        if chosen is None or not {i for _, i in js.gpus} <= set(chosen):
-            add = ns.topo.best_set(ns.free_mask, extra)
-            if add is None:
-                continue
-            chosen = tuple(sorted({i for _, i in js.gpus} | set(add)))
+        chosen = ns.topo.extend(tuple(i for _, i in js.gpus), ns.free_mask, extra)
+        if chosen is None:
+            continue
         gpus = tuple((ns.name, i) for i in chosen)
         why = f"cluster idle for {idle_period:g}s; grown {js.held}->{len(gpus)} GPUs"
         out += state.commit([Grow(js.id, gpus, why)], now)

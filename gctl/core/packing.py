@@ -4,8 +4,10 @@ Under overload, jobs waiting for their time slice are taken lowest GPU
 utilisation first and packed onto the running exclusive job with the lowest
 utilisation whose GPUs fit both jobs' memory. A pack is kept only while its
 measured aggregate progress (each job's rate over its rate alone, summed)
-beats time slicing, which gives the pair 1.0 at best; otherwise the newer
-job is unpacked and the pair is not tried again.
+beats time slicing, which gives the pair 1.0 at best; otherwise the job of
+lower priority (the newer one between equals) is unpacked and the pair is not
+tried again. Packing never takes a node above the height time slicing may
+reach.
 """
 
 from __future__ import annotations
@@ -54,6 +56,20 @@ def aggregate_speed(state: ClusterState, key: GroupKey) -> float | None:
     return total
 
 
+def _height_allows(state: ClusterState, src: GroupKey, dst: GroupKey, max_height: float) -> bool:
+    """Whether moving a job from ``src`` onto ``dst`` keeps every node at or below max height."""
+    added: dict[str, int] = {}
+    for n, _ in dst:
+        added[n] = added.get(n, 0) + 1
+    for n, _ in src:
+        added[n] = added.get(n, 0) - 1
+    return all(
+        state.nodes[n].load + extra <= max_height * state.nodes[n].size
+        for n, extra in added.items()
+        if extra > 0
+    )
+
+
 def review_packs(
     state: ClusterState, now: float, memory: PackingMemory, keep_above: float
 ) -> list[Decision]:
@@ -66,10 +82,10 @@ def review_packs(
         agg = aggregate_speed(state, key)
         if agg is None or agg > keep_above:
             continue
-        newest = max(members, key=lambda m: state.jobs[m].since)
+        victim = min(members, key=lambda m: (state.jobs[m].spec.priority, -state.jobs[m].since))
         memory.bad_pairs.add(frozenset(members))
         reason = f"packed aggregate speed {agg:.2f} <= {keep_above:.2f} of time slicing"
-        out += state.commit([Unpack(newest, reason)], now)
+        out += state.commit([Unpack(victim, reason)], now)
     return out
 
 
@@ -79,6 +95,7 @@ def pack_waiting(
     memory: PackingMemory,
     util_limit: float,
     max_packs: int,
+    max_height: float,
 ) -> list[Decision]:
     """Greedy packing of time-sliced waiting jobs onto lightly used exclusive GPU sets."""
     candidates: list[JobState] = []
@@ -112,6 +129,8 @@ def pack_waiting(
             if frozenset((cand.id, tgt.id)) in memory.bad_pairs:
                 continue
             if _mem(cand) + _mem(tgt) > _gpu_mem(state, tgt.gpus):
+                continue
+            if not _height_allows(state, cand.gpus, tgt.gpus, max_height):
                 continue
             reason = (
                 f"utilisation {cand_util:.0%} + {tgt_util:.0%} fits one GPU set;"

@@ -2,13 +2,13 @@
 
 Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
 
-1. nodes of affinity g, least loaded first: the first with height < 1 and g
+1. nodes of affinity g, lowest height first: the first with height < 1 and g
    free GPUs takes it;
 2. else an empty node (affinity 0), which then gets affinity g;
 3. else any node(s) with free GPUs, ignoring affinity: the node with the
    fewest free GPUs that still fits (best fit, keeping big holes for big
    jobs), or several nodes, most free first, when no single node fits;
-4. else, when no GPU is free, the least loaded node of affinity g is
+4. else, when no GPU is free, the lowest node of affinity g is
    oversubscribed: the job joins the GPU set there with the fewest jobs and
    they take turns (never joining a set that holds higher-priority work, and
    never pushing a node above ``max_height``);
@@ -52,7 +52,7 @@ def affinity_set(state: ClusterState, count: int) -> GroupKey | None:
     (A node of affinity ``count`` is only used while its height is below 1.)
     """
     for ns in state.nodes_by_affinity(count):
-        if ns.load >= ns.size:
+        if ns.height >= 1.0:
             break
         if ns.free >= count:
             found = node_set(ns, count)
@@ -92,14 +92,18 @@ def _top_priority(state: ClusterState, members: list[str]) -> int:
 
 
 def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> GroupKey | None:
-    """Step 4: the GPU set to share on the least loaded node of the job's affinity."""
+    """Step 4: the GPU set to share on the lowest node of the job's affinity."""
     count = js.spec.gpus
     if count > state.max_size:
         return None
     prio = int(js.spec.priority)
     for ns in state.nodes_by_affinity(count):
-        if (ns.load + count) > max_height * ns.size:
-            break
+        if ns.load + count > max_height * ns.size:
+            # Nodes come by rising height and no node is bigger than max_size,
+            # so once even the biggest could not take the job here, none later can.
+            if ns.height + count / state.max_size > max_height:
+                break
+            continue
         best: tuple[int, int, GroupKey] | None = None
         for key in ns.groups:
             if len(key) != count or key[0][0] != key[-1][0]:

@@ -125,9 +125,9 @@ class ClusterState:
         self._seq = 0
         self.total_free = 0
         self.max_size = 0
-        self._by_aff_load: dict[int, dict[int, dict[str, None]]] = {}
+        self._by_aff_height: dict[int, dict[float, dict[str, None]]] = {}
         self._by_free: dict[int, dict[str, None]] = {}
-        self._keys: dict[str, tuple[int, int, int]] = {}
+        self._keys: dict[str, tuple[int, float, int]] = {}
         topologies: dict[tuple[object, ...], Topology] = {}
         for node in cluster.nodes:
             if node.name in self.nodes:
@@ -142,28 +142,29 @@ class ClusterState:
     # ---- indexes -------------------------------------------------------
 
     def _index(self, ns: NodeState) -> None:
-        self._by_aff_load.setdefault(ns.affinity, {}).setdefault(ns.load, {})[ns.name] = None
+        height = ns.height
+        self._by_aff_height.setdefault(ns.affinity, {}).setdefault(height, {})[ns.name] = None
         free = ns.free
         self._by_free.setdefault(free, {})[ns.name] = None
-        self._keys[ns.name] = (ns.affinity, ns.load, free)
+        self._keys[ns.name] = (ns.affinity, height, free)
 
     def _unindex(self, ns: NodeState) -> None:
-        aff, load, free = self._keys.pop(ns.name)
-        by_load = self._by_aff_load[aff]
-        del by_load[load][ns.name]
-        if not by_load[load]:
-            del by_load[load]
+        aff, height, free = self._keys.pop(ns.name)
+        by_height = self._by_aff_height[aff]
+        del by_height[height][ns.name]
+        if not by_height[height]:
+            del by_height[height]
         del self._by_free[free][ns.name]
         if not self._by_free[free]:
             del self._by_free[free]
 
     def nodes_by_affinity(self, affinity: int) -> Iterator[NodeState]:
-        """Up nodes of one affinity, least loaded first."""
-        by_load = self._by_aff_load.get(affinity)
-        if not by_load:
+        """Up nodes of one affinity, lowest height (load over size) first."""
+        by_height = self._by_aff_height.get(affinity)
+        if not by_height:
             return
-        for load in sorted(by_load):
-            for name in by_load[load]:
+        for height in sorted(by_height):
+            for name in by_height[height]:
                 yield self.nodes[name]
 
     def nodes_with_free(self, at_least: int, most_free_first: bool = False) -> Iterator[NodeState]:
@@ -242,7 +243,7 @@ class ClusterState:
         return js
 
     def observe(self, job_id: str, sample: Observed) -> None:
-        """Record a profile sample; one taken with no other job running on its GPUs is its solo rate."""
+        """Record a profile sample; one taken while its GPUs ran nothing else is its solo rate."""
         js = self.job(job_id)
         js.observed = sample
         if js.status is JobStatus.RUNNING and not any(

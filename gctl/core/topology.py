@@ -112,6 +112,24 @@ class Topology:
         self._best[key] = result
         return result
 
+    def extend(self, held: tuple[int, ...], free_mask: int, extra: int) -> tuple[int, ...] | None:
+        """``held`` plus the ``extra`` free GPUs best linked to it and each other, or None."""
+        free = [i for i in range(self.size) if free_mask >> i & 1 and i not in held]
+        if len(free) < extra:
+            return None
+        if _n_choose_k(len(free), extra) <= _EXACT_SEARCH_LIMIT:
+            add = max(
+                combinations(free, extra),
+                key=lambda more: self.set_score(tuple(sorted(held + more))),
+            )
+            return tuple(sorted(held + add))
+        chosen = list(held)
+        for _ in range(extra):
+            nxt = max(free, key=lambda i: sum(self.score[i][c] for c in chosen))
+            chosen.append(nxt)
+            free.remove(nxt)
+        return tuple(sorted(chosen))
+
     def _greedy(self, free: list[int], count: int) -> tuple[int, ...]:
         """Grow a set from each seed by its best-linked GPU; keep the best set."""
         best: tuple[int, ...] = ()

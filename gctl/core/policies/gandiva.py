@@ -14,11 +14,12 @@ period. Each mechanism can be switched off for comparisons.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gctl.core import elastic, migration, packing, placement, timeslice
 from gctl.core.decisions import Decision
+from gctl.core.policy import PolicyOptionError
 from gctl.core.state import ClusterState
 
 
@@ -40,6 +41,38 @@ class GandivaConfig:
     elastic: bool = True
     grow_idle_period: float = 600.0
 
+    def __post_init__(self) -> None:
+        """Refuse values of the wrong type or outside their range, naming the option."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = type(f.default)
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            if not ok:
+                raise PolicyOptionError(
+                    f"gandiva option {f.name}={value!r}: expected {kind.__name__}"
+                )
+        for name, low, strict in _LOWER_BOUNDS:
+            value = getattr(self, name)
+            if value < low or (strict and value == low):
+                bound = f"> {low:g}" if strict else f">= {low:g}"
+                raise PolicyOptionError(f"gandiva option {name}={value!r}: must be {bound}")
+
+
+_LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
+    ("quantum", 0.0, True),
+    ("reconsider_every", 0.0, False),
+    ("max_height", 1.0, False),
+    ("pack_util_limit", 0.0, True),
+    ("pack_keep_above", 0.0, False),
+    ("max_packs_per_pass", 0.0, False),
+    ("max_moves_per_pass", 0.0, False),
+    ("defrag_threshold", 1.0, False),
+    ("grow_idle_period", 0.0, False),
+)
+"""(option, lower bound, whether the bound itself is refused)."""
+
 
 class GandivaPolicy:
     """Gandiva introspective scheduling (DESIGN §2.1)."""
@@ -48,6 +81,12 @@ class GandivaPolicy:
 
     def __init__(self, config: GandivaConfig | None = None, **options: Any) -> None:
         """Build from a config, or from keyword overrides of the default config."""
+        known = {f.name for f in fields(GandivaConfig)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise PolicyOptionError(
+                f"gandiva has no option {unknown[0]!r} (options: {', '.join(sorted(known))})"
+            )
         base = config or GandivaConfig()
         self.config = replace(base, **options)
         self._memory = packing.PackingMemory()
@@ -119,7 +158,12 @@ class GandivaPolicy:
             out += packing.review_packs(state, now, self._memory, cfg.pack_keep_above)
             if state.shared:
                 out += packing.pack_waiting(
-                    state, now, self._memory, cfg.pack_util_limit, cfg.max_packs_per_pass
+                    state,
+                    now,
+                    self._memory,
+                    cfg.pack_util_limit,
+                    cfg.max_packs_per_pass,
+                    cfg.max_height,
                 )
         if cfg.migration:
             out += migration.unslice(state, now)
