@@ -9,7 +9,7 @@ from __future__ import annotations
 from gctl.core.decisions import Decision, Migrate
 from gctl.core.model import JobStatus
 from gctl.core.placement import free_set, node_set
-from gctl.core.state import ClusterState, GroupKey, NodeState
+from gctl.core.state import ClusterState, GroupKey, JobState, NodeState
 
 
 def _move(state: ClusterState, job_id: str, dst: GroupKey, now: float, why: str) -> list[Decision]:
@@ -19,24 +19,25 @@ def _move(state: ClusterState, job_id: str, dst: GroupKey, now: float, why: str)
 
 def unslice(state: ClusterState, now: float) -> list[Decision]:
     """Move jobs waiting for a time slice onto free GPUs, highest priority and oldest first."""
-    if not state.total_free or not state.shared:
-        return []
-    waiting = [
-        state.jobs[m]
-        for key in state.shared
-        for m in state.groups[key]
-        if state.jobs[m].status is JobStatus.SUSPENDED
-    ]
-    waiting.sort(key=lambda j: (-int(j.spec.priority), j.seq))
     out: list[Decision] = []
-    for js in waiting:
-        if state.total_free < js.held:
-            continue
-        dst = free_set(state, js.held, span=False)
+    while state.total_free and state.shared:
+        best: JobState | None = None
+        for size in state.waiting_sizes():
+            if size > state.total_free:
+                break
+            js = state.next_waiting(size)
+            if js is None or next(state.nodes_with_free(size), None) is None:
+                continue
+            if best is None or (-js.spec.priority, js.seq) < (-best.spec.priority, best.seq):
+                best = js
+        if best is None:
+            break
+        dst = free_set(state, best.held, span=False)
         if dst is None:
-            continue
-        where = js.gpus[0][0]
-        out += _move(state, js.id, dst, now, f"was waiting for a time slice on {where}; GPUs freed")
+            break
+        where = best.gpus[0][0]
+        why = f"was waiting for a time slice on {where}; GPUs freed"
+        out += _move(state, best.id, dst, now, why)
     return out
 
 

@@ -78,6 +78,8 @@ def spanning_set(state: ClusterState, count: int) -> GroupKey | None:
 
 def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey | None:
     """Steps 1 to 3: the Gandiva choice among free GPUs, or None when nothing is free."""
+    if state.total_free < count:
+        return None
     if count <= state.max_size:
         found = affinity_set(state, count) or first_fitting(state.nodes_with_free(count), count)
         if found is not None or not span:
@@ -87,41 +89,22 @@ def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey 
     return spanning_set(state, count)
 
 
-def _top_priority(state: ClusterState, members: list[str]) -> int:
-    return max(int(state.jobs[m].spec.priority) for m in members)
-
-
 def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> GroupKey | None:
     """Step 4: the GPU set to share on the lowest node of the job's affinity."""
     count = js.spec.gpus
     if count > state.max_size:
         return None
-    prio = int(js.spec.priority)
-    for ns in state.nodes_by_affinity(count):
+    for ns, key in state.slice_targets(count, int(js.spec.priority)):
+        if ns.affinity != count:
+            continue
         if ns.load + count > max_height * ns.size:
             # Nodes come by rising height and no node is bigger than max_size,
             # so once even the biggest could not take the job here, none later can.
             if ns.height + count / state.max_size > max_height:
                 break
             continue
-        best: tuple[int, int, GroupKey] | None = None
-        for key in ns.groups:
-            if len(key) != count or key[0][0] != key[-1][0]:
-                continue
-            members = state.groups[key]
-            top = _top_priority(state, members)
-            if top > prio or (len(members) > 1 and _all_running(state, members)):
-                continue
-            rank = (len(members), top, key)
-            if best is None or rank < best:
-                best = rank
-        if best is not None:
-            return best[2]
+        return key
     return None
-
-
-def _all_running(state: ClusterState, members: list[str]) -> bool:
-    return all(state.jobs[m].status is JobStatus.RUNNING for m in members)
 
 
 def place(state: ClusterState, js: JobState, now: float, max_height: float) -> list[Decision]:

@@ -12,6 +12,7 @@ pass see earlier ones. Nothing here does I/O or reads a clock.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -83,6 +84,7 @@ class NodeState:
     topo: Topology
     group_of: list[GroupKey | None]
     free_mask: int
+    size: int
     load: int = 0
     affinity: int = 0
     up: bool = True
@@ -92,11 +94,6 @@ class NodeState:
     def name(self) -> str:
         """The node name."""
         return self.node.name
-
-    @property
-    def size(self) -> int:
-        """GPUs on the node."""
-        return self.node.size
 
     @property
     def free(self) -> int:
@@ -128,12 +125,20 @@ class ClusterState:
         self._by_aff_height: dict[int, dict[float, dict[str, None]]] = {}
         self._by_free: dict[int, dict[str, None]] = {}
         self._keys: dict[str, tuple[int, float, int]] = {}
+        self._slice_index: dict[tuple[int, int], dict[float, dict[str, None]]] = {}
+        self._slice_keys: dict[str, tuple[float, dict[tuple[int, int], tuple[int, GroupKey]]]] = {}
+        self._slice_stale: dict[str, None] = {}
+        self._slice_group: dict[GroupKey, tuple[tuple[int, int], int]] = {}
+        self._stale_groups: dict[GroupKey, None] = {}
+        self._waiting: dict[int, list[tuple[int, int, str]]] = {}
         topologies: dict[tuple[object, ...], Topology] = {}
         for node in cluster.nodes:
             if node.name in self.nodes:
                 raise StateError(f"duplicate node name {node.name!r}")
-            topo = topologies.setdefault(node.gpus, Topology(node.gpus))
-            ns = NodeState(node, topo, [None] * node.size, (1 << node.size) - 1)
+            topo = topologies.get(node.gpus)
+            if topo is None:
+                topo = topologies[node.gpus] = Topology(node.gpus)
+            ns = NodeState(node, topo, [None] * node.size, (1 << node.size) - 1, node.size)
             self.nodes[node.name] = ns
             self.total_free += node.size
             self.max_size = max(self.max_size, node.size)
@@ -142,6 +147,7 @@ class ClusterState:
     # ---- indexes -------------------------------------------------------
 
     def _index(self, ns: NodeState) -> None:
+        self._slice_stale[ns.name] = None
         height = ns.height
         self._by_aff_height.setdefault(ns.affinity, {}).setdefault(height, {})[ns.name] = None
         free = ns.free
@@ -166,6 +172,102 @@ class ClusterState:
         for height in sorted(by_height):
             for name in by_height[height]:
                 yield self.nodes[name]
+
+    def slice_targets(self, count: int, priority: int) -> Iterator[tuple[NodeState, GroupKey]]:
+        """Where a job of ``priority`` may time-slice into a ``count``-GPU set, node by node.
+
+        Such a set lies on one node, holds no job of higher priority and is
+        not a pack whose members all run. Nodes come lowest height first,
+        each with its set of fewest members (then lowest top priority).
+        """
+        self._refresh_slices()
+        kinds = [(count, p) for p in range(int(priority) + 1)]
+        indexes = [self._slice_index[k] for k in kinds if k in self._slice_index]
+        if not indexes:
+            return
+        heights = sorted(set().union(*indexes)) if len(indexes) > 1 else sorted(indexes[0])
+        seen: set[str] = set()
+        for height in heights:
+            for index in indexes:
+                for name in index.get(height, ()):
+                    if name not in seen:
+                        seen.add(name)
+                        best = self._slice_keys[name][1]
+                        choice = min((best[k][0], k[1], best[k][1]) for k in kinds if k in best)
+                        yield self.nodes[name], choice[2]
+
+    def next_waiting(self, size: int) -> JobState | None:
+        """The job first in line among those suspended on a ``size``-GPU set.
+
+        First in line is highest priority, then oldest. Entries go stale as
+        jobs resume, move or finish; they are dropped when they reach the top.
+        """
+        heap = self._waiting.get(size)
+        while heap:
+            job_id = heap[0][2]
+            if self._is_waiting(job_id, size):
+                return self.jobs[job_id]
+            heapq.heappop(heap)
+        return None
+
+    def waiting_sizes(self) -> list[int]:
+        """GPU counts for which suspended jobs may be waiting, smallest first."""
+        return sorted(size for size, heap in self._waiting.items() if heap)
+
+    def _is_waiting(self, job_id: str, size: int) -> bool:
+        js = self.jobs.get(job_id)
+        return js is not None and js.status is JobStatus.SUSPENDED and len(js.gpus) == size
+
+    def _push_waiting(self, js: JobState) -> None:
+        size = len(js.gpus)
+        heap = self._waiting.setdefault(size, [])
+        heapq.heappush(heap, (-int(js.spec.priority), js.seq, js.id))
+        if len(heap) > 4 * len(self.jobs) + 64:
+            # Time slicing suspends the same jobs over and over: compact now and then.
+            heap[:] = sorted({e for e in heap if self._is_waiting(e[2], size)})
+
+    def _refresh_slices(self) -> None:
+        """Re-register the nodes whose groups changed since the last time-slice query."""
+        for key in self._stale_groups:
+            self._slice_group.pop(key, None)
+            members = self.groups.get(key)
+            if not members or key[0][0] != key[-1][0]:
+                continue
+            jobs = [self.jobs[m] for m in members]
+            if len(jobs) > 1 and all(j.status is JobStatus.RUNNING for j in jobs):
+                continue
+            top = max(int(j.spec.priority) for j in jobs)
+            self._slice_group[key] = ((len(key), top), len(jobs))
+        self._stale_groups.clear()
+        for name in self._slice_stale:
+            old = self._slice_keys.pop(name, None)
+            if old is not None:
+                height, kinds = old
+                for kind in kinds:
+                    by_height = self._slice_index[kind]
+                    del by_height[height][name]
+                    if not by_height[height]:
+                        del by_height[height]
+                    if not by_height:
+                        del self._slice_index[kind]
+            ns = self.nodes[name]
+            if not ns.up:
+                continue
+            found: dict[tuple[int, int], tuple[int, GroupKey]] = {}
+            for key in ns.groups:
+                entry = self._slice_group.get(key)
+                if entry is None:
+                    continue
+                kind, count = entry
+                rank = (count, key)
+                if kind not in found or rank < found[kind]:
+                    found[kind] = rank
+            if found:
+                height = ns.height
+                for kind in found:
+                    self._slice_index.setdefault(kind, {}).setdefault(height, {})[name] = None
+                self._slice_keys[name] = (height, found)
+        self._slice_stale.clear()
 
     def nodes_with_free(self, at_least: int, most_free_first: bool = False) -> Iterator[NodeState]:
         """Up nodes with at least ``at_least`` free GPUs, fewest free first unless asked."""
@@ -317,6 +419,16 @@ class ClusterState:
                 self._leave(js)
                 self._join(js, gpus, now)
                 js.resized_at = now
+        if js.gpus:
+            self._touch(js.gpus)
+
+    def _touch(self, key: GroupKey) -> None:
+        """Note that a group changed, for the time-slice index to catch up lazily."""
+        self._stale_groups[key] = None
+        self._slice_stale[key[0][0]] = None
+        if key[0][0] != key[-1][0]:
+            for node, _ in key:
+                self._slice_stale[node] = None
 
     def commit(self, decisions: list[Decision], now: float) -> list[Decision]:
         """Apply decisions in order and hand them back, for policies building a batch."""
@@ -331,11 +443,12 @@ class ClusterState:
         if js.status is not status:
             raise StateError(f"job {js.id} is {js.status.value}, expected {status.value}")
 
-    @staticmethod
-    def _set(js: JobState, status: JobStatus, now: float) -> None:
+    def _set(self, js: JobState, status: JobStatus, now: float) -> None:
         js.status = status
         js.since = now
-        if status is JobStatus.RUNNING:
+        if status is JobStatus.SUSPENDED:
+            self._push_waiting(js)
+        elif status is JobStatus.RUNNING:
             js.last_resumed = now
             if js.first_run is None:
                 js.first_run = now
@@ -353,6 +466,7 @@ class ClusterState:
     def _join(self, js: JobState, gpus: GroupKey, now: float) -> None:
         """Make ``js`` resident and running on ``gpus`` (a free set or an existing group)."""
         key = tuple(sorted(gpus))
+        self._touch(key)
         members = self.groups.get(key)
         if members is None:
             self._claim(key)
@@ -366,9 +480,10 @@ class ClusterState:
             self.scattered[key] = None
         if js.spec.elastic:
             self.elastic[js.id] = None
-        for node in dict.fromkeys(n for n, _ in key):
+        single = key[0][0] == key[-1][0]
+        for node in (key[0][0],) if single else dict.fromkeys(n for n, _ in key):
             ns = self.nodes[node]
-            on_node = sum(1 for n, _ in key if n == node)
+            on_node = len(key) if single else sum(1 for n, _ in key if n == node)
             self._unindex(ns)
             ns.load += on_node
             if ns.affinity == 0:
@@ -399,14 +514,16 @@ class ClusterState:
     def _leave(self, js: JobState) -> None:
         """Take ``js`` off its GPUs; free them when it was the last member."""
         key = js.gpus
+        self._touch(key)
         members = self.groups[key]
         members.remove(js.id)
         if len(members) == 1:
             self.shared.pop(key, None)
         self.elastic.pop(js.id, None)
-        for node in dict.fromkeys(n for n, _ in key):
+        single = key[0][0] == key[-1][0]
+        for node in (key[0][0],) if single else dict.fromkeys(n for n, _ in key):
             ns = self.nodes[node]
-            on_node = sum(1 for n, _ in key if n == node)
+            on_node = len(key) if single else sum(1 for n, _ in key if n == node)
             self._unindex(ns)
             ns.load -= on_node
             if not members:

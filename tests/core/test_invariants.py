@@ -16,7 +16,7 @@ from gctl.core.model import Cluster, JobSpec, JobStatus, Observed, Priority
 from gctl.core.policies.fifo import FifoPolicy
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.core.policy import Policy
-from gctl.core.state import ClusterState
+from gctl.core.state import ClusterState, GroupKey
 
 EPS = 1e-9
 
@@ -206,6 +206,24 @@ def check(run: Run, *, after_pass: bool) -> None:
         assert {ns.name for ns in listed} == {ns.name for ns in up if ns.affinity == aff}
         heights = [ns.height for ns in listed]
         assert heights == sorted(heights)
+    # the time-slice index agrees with a brute-force search of the groups
+    for count in {len(key) for key in state.groups}:
+        for prio in Priority:
+            expect: dict[str, tuple[int, int, GroupKey]] = {}
+            for key, members in state.groups.items():
+                ns = state.nodes[key[0][0]]
+                if len(key) != count or key[-1][0] != ns.name or not ns.up:
+                    continue
+                jobs = [state.jobs[m] for m in members]
+                top = max(int(j.spec.priority) for j in jobs)
+                packed = len(jobs) > 1 and all(j.status is JobStatus.RUNNING for j in jobs)
+                if top <= prio and not packed:
+                    rank = (len(jobs), top, key)
+                    expect[ns.name] = min(expect.get(ns.name, rank), rank)
+            targets = list(state.slice_targets(count, prio))
+            assert {ns.name: key for ns, key in targets} == {n: r[2] for n, r in expect.items()}
+            heights = [ns.height for ns, _ in targets]
+            assert heights == sorted(heights)
     listed = list(state.nodes_with_free(1))
     assert {ns.name for ns in listed} == {ns.name for ns in up if ns.free >= 1}
     frees = [ns.free for ns in listed]
