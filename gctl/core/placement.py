@@ -47,7 +47,7 @@ def first_fitting(nodes: Iterable[NodeState], count: int) -> GroupKey | None:
 
 
 def affinity_set(state: ClusterState, count: int) -> GroupKey | None:
-    """Steps 1 and 2: the least loaded node of affinity ``count`` below height 1, else an empty one.
+    """Steps 1 and 2: the lowest node of affinity ``count`` below height 1, else an empty one.
 
     (A node of affinity ``count`` is only used while its height is below 1.)
     """
