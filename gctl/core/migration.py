@@ -18,7 +18,12 @@ def _move(state: ClusterState, job_id: str, dst: GroupKey, now: float, why: str)
 
 
 def unslice(state: ClusterState, now: float) -> list[Decision]:
-    """Move jobs waiting for a time slice onto free GPUs, highest priority and oldest first."""
+    """Move time-sliced jobs onto free GPUs, highest priority and oldest first.
+
+    The job moved may be the one whose turn it is: the oldest jobs leave
+    time slicing first, so long jobs are not stretched to the end of the
+    trace while younger ones get the freed GPUs.
+    """
     out: list[Decision] = []
     while state.total_free and state.shared:
         best: JobState | None = None
@@ -26,19 +31,26 @@ def unslice(state: ClusterState, now: float) -> list[Decision]:
             if size > state.total_free:
                 break
             js = state.next_waiting(size)
-            if js is None or next(state.nodes_with_free(size), None) is None:
+            if js is None or not _fits_free(state, size):
                 continue
             if best is None or (-js.spec.priority, js.seq) < (-best.spec.priority, best.seq):
                 best = js
         if best is None:
             break
-        dst = free_set(state, best.held, span=False)
+        dst = free_set(state, best.held, span=best.held > state.max_size)
         if dst is None:
             break
         where = best.gpus[0][0]
-        why = f"was waiting for a time slice on {where}; GPUs freed"
+        why = f"was taking turns on {where}; GPUs freed"
         out += _move(state, best.id, dst, now, why)
     return out
+
+
+def _fits_free(state: ClusterState, size: int) -> bool:
+    """Whether free GPUs can take a job of ``size``: on one node, or across nodes when bigger."""
+    if size > state.max_size:
+        return state.total_free >= size
+    return next(state.nodes_with_free(size), None) is not None
 
 
 def regroup(state: ClusterState, now: float, max_moves: int) -> list[Decision]:

@@ -15,12 +15,15 @@ Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
 5. else the job is queued.
 
 Inside a node the job gets the best-connected free GPU set (topology link
-scores). Jobs larger than one node take step 3 only: they are never
-time-sliced, since that would need every node in the set to turn together.
+scores). A job larger than one node has no affinity; at step 4 it shares a
+GPU set of its own size spanning nodes (gang time slicing: the set turns as
+one, on every node together), so big jobs start early instead of starving
+behind a stream of small ones.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from gctl.core.decisions import Decision, Place, Queue, Suspend
@@ -89,12 +92,17 @@ def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey 
     return spanning_set(state, count)
 
 
-def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> GroupKey | None:
-    """Step 4: the GPU set to share on the lowest node of the job's affinity."""
-    count = js.spec.gpus
+def timeslice_group(
+    state: ClusterState, count: int, priority: int, max_height: float
+) -> GroupKey | None:
+    """Step 4: the ``count``-GPU set to share on the lowest node of affinity ``count``.
+
+    A job larger than a node shares a GPU set of its size spanning nodes
+    instead (gang time slicing: the whole set turns as one).
+    """
     if count > state.max_size:
-        return None
-    for ns, key in state.slice_targets(count, int(js.spec.priority)):
+        return _spanning_group(state, count, priority, max_height)
+    for ns, key in state.slice_targets(count, priority):
         if ns.affinity != count:
             continue
         if ns.load + count > max_height * ns.size:
@@ -105,6 +113,31 @@ def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> Gro
             continue
         return key
     return None
+
+
+def _spanning_group(
+    state: ClusterState, count: int, priority: int, max_height: float
+) -> GroupKey | None:
+    """The multi-node ``count``-GPU set with fewest members a job may share, or None."""
+    best: tuple[int, int, GroupKey] | None = None
+    for key in state.scattered:
+        if len(key) != count:
+            continue
+        members = [state.jobs[m] for m in state.groups[key]]
+        top = max(int(m.spec.priority) for m in members)
+        if top > priority or (
+            len(members) > 1 and all(m.status is JobStatus.RUNNING for m in members)
+        ):
+            continue
+        on_node = Counter(n for n, _ in key)
+        if any(
+            state.nodes[n].load + c > max_height * state.nodes[n].size for n, c in on_node.items()
+        ):
+            continue
+        rank = (len(members), top, key)
+        if best is None or rank < best:
+            best = rank
+    return None if best is None else best[2]
 
 
 def place(state: ClusterState, js: JobState, now: float, max_height: float) -> list[Decision]:
@@ -121,7 +154,7 @@ def place(state: ClusterState, js: JobState, now: float, max_height: float) -> l
             reason = f"{count} free GPUs on {where} (affinity {state.nodes[where].affinity})"
         decisions.append(Place(js.id, gpus, ShareMode.EXCLUSIVE, reason))
     else:
-        key = timeslice_group(state, js, max_height)
+        key = timeslice_group(state, count, int(js.spec.priority), max_height)
         if key is None:
             if js.reason.startswith("queued") and js.status is JobStatus.PENDING:
                 return []

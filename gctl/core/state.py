@@ -197,10 +197,13 @@ class ClusterState:
                         yield self.nodes[name], choice[2]
 
     def next_waiting(self, size: int) -> JobState | None:
-        """The job first in line among those suspended on a ``size``-GPU set.
+        """The job first in line among those taking turns on a ``size``-GPU set.
 
-        First in line is highest priority, then oldest. Entries go stale as
-        jobs resume, move or finish; they are dropped when they reach the top.
+        Taking turns means sharing a GPU set on which some job waits (running
+        its turn or suspended). First in line is highest priority, then
+        oldest. A job enters the line when it is first suspended; entries go
+        stale as jobs move, finish or stop sharing and are dropped when they
+        reach the top.
         """
         heap = self._waiting.get(size)
         while heap:
@@ -211,12 +214,16 @@ class ClusterState:
         return None
 
     def waiting_sizes(self) -> list[int]:
-        """GPU counts for which suspended jobs may be waiting, smallest first."""
+        """GPU counts for which jobs may be taking turns, smallest first."""
         return sorted(size for size, heap in self._waiting.items() if heap)
 
     def _is_waiting(self, job_id: str, size: int) -> bool:
         js = self.jobs.get(job_id)
-        return js is not None and js.status is JobStatus.SUSPENDED and len(js.gpus) == size
+        if js is None or len(js.gpus) != size:
+            return False
+        members = self.groups[js.gpus]
+        jobs = self.jobs
+        return len(members) > 1 and any(jobs[m].status is JobStatus.SUSPENDED for m in members)
 
     def _push_waiting(self, js: JobState) -> None:
         size = len(js.gpus)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from corekit import gandiva, new_state, nodes_of, of_type, put, submit
 
 from gctl.core import migration
-from gctl.core.decisions import Migrate, Place, Queue, Suspend
+from gctl.core.decisions import Migrate, Place, Queue, Resume, Suspend
 from gctl.core.model import JobStatus, Priority, ShareMode
 from gctl.core.state import ClusterState
 
@@ -52,6 +52,25 @@ def test_waiting_job_moves_to_gpus_freed_by_a_finish() -> None:
     assert state.mode_of("c") is ShareMode.EXCLUSIVE
     assert not state.shared
     assert state.cluster_height() == 1.0
+
+
+def test_oldest_sliced_job_leaves_first_even_during_its_turn() -> None:
+    """Freed GPUs go to the oldest job taking turns, not to whichever happens to wait."""
+    state = new_state(2)
+    policy = gandiva(quantum=60.0)
+    put(state, "a", "n0", (0,))
+    put(state, "b", "n0", (1,))
+    submit(state, "c", 1, 1.0)
+    policy.schedule(state, 1.0)  # c takes turns with a; a waits
+    policy.introspect(state, 61.0)  # a's turn again; c waits
+    assert state.jobs["a"].status is JobStatus.RUNNING
+    state.finish("b", 70.0)
+    out = policy.schedule(state, 70.0)
+    assert [(type(d), d.job_id) for d in out] == [(Migrate, "a"), (Resume, "c")]
+    assert state.jobs["a"].gpus == (("n0", 1),)
+    assert state.mode_of("a") is ShareMode.EXCLUSIVE
+    assert state.jobs["c"].status is JobStatus.RUNNING
+    assert not state.shared
 
 
 def test_unslice_moves_high_priority_waiting_job_first() -> None:

@@ -104,6 +104,7 @@ class GandivaPolicy:
         out += self._place_pending(state, now)
         if cfg.migration:
             out += migration.unslice(state, now)
+            out += timeslice.resume_idle_sets(state, now)
         return out
 
     def _place_pending(self, state: ClusterState, now: float) -> list[Decision]:
