@@ -31,26 +31,19 @@ def unslice(state: ClusterState, now: float) -> list[Decision]:
             if size > state.total_free:
                 break
             js = state.next_waiting(size)
-            if js is None or not _fits_free(state, size):
+            if js is None or next(state.nodes_with_free(size), None) is None:
                 continue
             if best is None or (-js.spec.priority, js.seq) < (-best.spec.priority, best.seq):
                 best = js
         if best is None:
             break
-        dst = free_set(state, best.held, span=best.held > state.max_size)
+        dst = free_set(state, best.held, span=False)
         if dst is None:
             break
         where = best.gpus[0][0]
         why = f"was taking turns on {where}; GPUs freed"
         out += _move(state, best.id, dst, now, why)
     return out
-
-
-def _fits_free(state: ClusterState, size: int) -> bool:
-    """Whether free GPUs can take a job of ``size``: on one node, or across nodes when bigger."""
-    if size > state.max_size:
-        return state.total_free >= size
-    return next(state.nodes_with_free(size), None) is not None
 
 
 def regroup(state: ClusterState, now: float, max_moves: int) -> list[Decision]:

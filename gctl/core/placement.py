@@ -15,15 +15,12 @@ Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
 5. else the job is queued.
 
 Inside a node the job gets the best-connected free GPU set (topology link
-scores). A job larger than one node has no affinity; at step 4 it shares a
-GPU set of its own size spanning nodes (gang time slicing: the set turns as
-one, on every node together), so big jobs start early instead of starving
-behind a stream of small ones.
+scores). Jobs larger than one node take step 3 only: they are never
+time-sliced, since that would need every node in the set to turn together.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 
 from gctl.core.decisions import Decision, Place, Queue, Suspend
@@ -95,13 +92,9 @@ def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey 
 def timeslice_group(
     state: ClusterState, count: int, priority: int, max_height: float
 ) -> GroupKey | None:
-    """Step 4: the ``count``-GPU set to share on the lowest node of affinity ``count``.
-
-    A job larger than a node shares a GPU set of its size spanning nodes
-    instead (gang time slicing: the whole set turns as one).
-    """
+    """Step 4: the ``count``-GPU set to share on the lowest node of affinity ``count``."""
     if count > state.max_size:
-        return _spanning_group(state, count, priority, max_height)
+        return None
     for ns, key in state.slice_targets(count, priority):
         if ns.affinity != count:
             continue
@@ -113,31 +106,6 @@ def timeslice_group(
             continue
         return key
     return None
-
-
-def _spanning_group(
-    state: ClusterState, count: int, priority: int, max_height: float
-) -> GroupKey | None:
-    """The multi-node ``count``-GPU set with fewest members a job may share, or None."""
-    best: tuple[int, int, GroupKey] | None = None
-    for key in state.scattered:
-        if len(key) != count:
-            continue
-        members = [state.jobs[m] for m in state.groups[key]]
-        top = max(int(m.spec.priority) for m in members)
-        if top > priority or (
-            len(members) > 1 and all(m.status is JobStatus.RUNNING for m in members)
-        ):
-            continue
-        on_node = Counter(n for n, _ in key)
-        if any(
-            state.nodes[n].load + c > max_height * state.nodes[n].size for n, c in on_node.items()
-        ):
-            continue
-        rank = (len(members), top, key)
-        if best is None or rank < best:
-            best = rank
-    return None if best is None else best[2]
 
 
 def place(state: ClusterState, js: JobState, now: float, max_height: float) -> list[Decision]:

@@ -268,7 +268,7 @@ def test_step4_high_priority_job_preempts_normal_runner() -> None:
     assert state.jobs["h"].status is JobStatus.RUNNING
 
 
-def test_job_larger_than_a_node_queues_when_no_set_of_its_size_exists() -> None:
+def test_job_larger_than_a_node_is_never_time_sliced() -> None:
     state = new_state(4, 4)
     put(state, "a", "n0", range(4))
     put(state, "b", "n1", range(4))
@@ -276,46 +276,6 @@ def test_job_larger_than_a_node_queues_when_no_set_of_its_size_exists() -> None:
     out = gandiva().schedule(state, 1.0)
     assert [type(d) for d in out] == [Queue]
     assert state.jobs["a"].status is JobStatus.RUNNING
-
-
-def _gang() -> ClusterState:
-    """One 8-GPU job running across two 4-GPU nodes."""
-    state = new_state(4, 4)
-    submit(state, "g1", 8)
-    gandiva().schedule(state, 0.0)
-    assert nodes_of(state, "g1") == {"n0", "n1"}
-    return state
-
-
-def test_job_larger_than_a_node_time_slices_with_a_set_of_its_size() -> None:
-    """Gang time slicing: the second 8-GPU job shares the first one's set and takes turns."""
-    state = _gang()
-    policy = gandiva(quantum=60.0)
-    submit(state, "g2", 8, 1.0)
-    out = policy.schedule(state, 1.0)
-    assert [type(d) for d in out] == [Suspend, Place]
-    assert state.jobs["g2"].gpus == state.jobs["g1"].gpus
-    assert state.jobs["g1"].status is JobStatus.SUSPENDED
-    assert state.mode_of("g2") is ShareMode.TIMESLICED
-    policy.introspect(state, 61.0)
-    assert state.jobs["g1"].status is JobStatus.RUNNING
-    assert state.jobs["g2"].status is JobStatus.SUSPENDED
-    assert all(ns.load == 8 for ns in state.nodes.values())  # height 2 on both nodes
-
-
-def test_gang_time_slicing_respects_priority_and_max_height() -> None:
-    state = new_state(4, 4)
-    submit(state, "hi", 8, priority=Priority.HIGH)
-    policy = gandiva(max_height=2.0)
-    policy.schedule(state, 0.0)
-    submit(state, "normal", 8, 1.0)
-    policy.schedule(state, 1.0)
-    assert state.jobs["normal"].status is JobStatus.PENDING  # never ahead of higher priority
-    submit(state, "hi2", 8, 2.0, priority=Priority.HIGH)
-    submit(state, "hi3", 8, 3.0, priority=Priority.HIGH)
-    policy.schedule(state, 3.0)
-    assert state.members(state.jobs["hi"].gpus) == ["hi", "hi2"]
-    assert state.jobs["hi3"].status is JobStatus.PENDING  # height 2 reached
 
 
 # ---- step 5: queue, once -----------------------------------------------------
