@@ -41,9 +41,13 @@ def main() -> None:
     """
     try:
         app()
-    except OSError as exc:
-        render.error(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc))
-        sys.exit(1)
     except USER_ERRORS as exc:
-        render.error(str(exc))
+        render.error(_one_line(exc))
         sys.exit(1)
+
+
+def _one_line(exc: Exception) -> str:
+    """A user error as text; a file error names the file first, as shell tools do."""
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)

@@ -292,6 +292,13 @@ class ClusterState:
         except KeyError:
             raise StateError(f"unknown job {job_id!r}") from None
 
+    def node(self, name: str) -> NodeState:
+        """A node, or :class:`StateError` naming it."""
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise StateError(f"unknown node {name!r}") from None
+
     def members(self, key: GroupKey) -> list[str]:
         """Jobs resident on a GPU set, in round-robin order."""
         return self.groups.get(key, [])
@@ -317,15 +324,6 @@ class ClusterState:
     def cluster_height(self) -> float:
         """Gandiva cluster height: the highest node height."""
         return max((ns.height for ns in self.nodes.values() if ns.up), default=0.0)
-
-    def pending_ids(self) -> Iterator[str]:
-        """Pending jobs, high priority first, each bucket in arrival order."""
-        for key in sorted(self.pending, key=lambda k: (-k[0], k[1])):
-            yield from list(self.pending[key])
-
-    def has_pending(self) -> bool:
-        """Whether any job waits for a first placement."""
-        return bool(self.pending)
 
     # ---- events --------------------------------------------------------
 
@@ -363,7 +361,7 @@ class ClusterState:
 
     def node_down(self, name: str, now: float) -> list[str]:
         """Take a node out of service; its jobs go back to the queue. Returns their ids."""
-        ns = self.nodes[name]
+        ns = self.node(name)
         requeued: list[str] = []
         for key in list(ns.groups):
             for job_id in list(self.groups[key]):
@@ -381,7 +379,7 @@ class ClusterState:
 
     def node_up(self, name: str) -> None:
         """Return a node to service."""
-        ns = self.nodes[name]
+        ns = self.node(name)
         if not ns.up:
             ns.up = True
             self.total_free += ns.free

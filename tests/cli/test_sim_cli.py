@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gctl.cli.main import main
+from gctl.sim.cluster_spec import ClusterSpecError, parse_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "traces" / "philly_models_trace3.csv"
@@ -113,8 +114,17 @@ def test_usage_errors_exit_2() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.text(min_size=1, max_size=20).filter(lambda s: not s.startswith("-")))
 def test_garbage_cluster_specs_never_crash(spec: str) -> None:
-    code, _, err = run("sim", "run", str(TRACE), "--cluster", spec, "--limit", "5")
-    assert code in (0, 1, 2)
-    assert "Traceback" not in err
-    if code == 1:
-        assert err.startswith("gctl: error: ")
+    """Whatever the spec, the CLI agrees with the parser: a table, or one error line and exit 1."""
+    try:
+        parse_cluster(spec)
+    except ClusterSpecError as exc:
+        expected: str | None = " ".join(str(exc).split())
+    else:
+        expected = None
+    code, out, err = run("sim", "run", str(TRACE), "--cluster", spec, "--limit", "5")
+    if expected is None:
+        assert (code, err) == (0, "")
+        assert "avg JCT" in out
+    else:
+        assert (code, out) == (1, "")
+        assert err == f"gctl: error: {expected}\n"

@@ -7,6 +7,8 @@ from corekit import gandiva, new_state, nodes_of, of_type, put, submit
 from gctl.core import elastic
 from gctl.core.decisions import Grow, Place, Queue, Shrink
 from gctl.core.model import JobStatus, ShareMode
+from gctl.core.policies.gandiva import GandivaPolicy
+from gctl.core.state import ClusterState
 
 IDLE = 600.0
 
@@ -45,12 +47,18 @@ def test_busy_pass_restarts_the_idle_clock() -> None:
     assert of_type(policy.introspect(state, 1000.0), Grow)
 
 
-def test_grow_only_on_its_own_node() -> None:
+def _elastic_beside_five_gpu_job() -> tuple[ClusterState, GandivaPolicy]:
+    """Two 8-GPU nodes; on n0 a 5-GPU job and an elastic job on GPUs 5-6, idle clock started."""
     state = new_state(8, 8)
     policy = gandiva(grow_idle_period=IDLE)
     put(state, "j", "n0", range(5))
     put(state, "e", "n0", (5, 6), elastic_min=1, elastic_max=4)
     policy.introspect(state, 0.0)
+    return state, policy
+
+
+def test_grow_only_on_its_own_node() -> None:
+    state, policy = _elastic_beside_five_gpu_job()
     out = policy.introspect(state, 600.0)
     [grow] = of_type(out, Grow)
     assert grow.gpus == (("n0", 5), ("n0", 6), ("n0", 7))
@@ -69,11 +77,7 @@ def test_no_grow_when_its_node_is_full() -> None:
 
 
 def test_resized_job_does_not_grow_again_within_the_period() -> None:
-    state = new_state(8, 8)
-    policy = gandiva(grow_idle_period=IDLE)
-    put(state, "j", "n0", range(5))
-    put(state, "e", "n0", (5, 6), elastic_min=1, elastic_max=4)
-    policy.introspect(state, 0.0)
+    state, policy = _elastic_beside_five_gpu_job()
     assert of_type(policy.introspect(state, 600.0), Grow)
     assert state.jobs["e"].held == 3
     state.finish("j", 610.0)

@@ -6,6 +6,7 @@ from corekit import gandiva, new_state, of_type, put, submit
 
 from gctl.core.decisions import Place, Resume, Suspend
 from gctl.core.model import JobStatus, Priority, ShareMode
+from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.core.state import ClusterState
 
 
@@ -32,13 +33,19 @@ def test_rotation_waits_for_a_full_quantum() -> None:
     assert [(type(d), d.job_id) for d in out] == [(Suspend, "a"), (Resume, "b")]
 
 
-def test_three_jobs_rotate_through_all() -> None:
+def _three_on_one_gpu() -> tuple[ClusterState, GandivaPolicy]:
+    """One GPU shared by a (placed at 0), b (at 1) and c (at 2); c has the turn."""
     state = new_state(1)
     policy = gandiva(quantum=60.0)
     put(state, "a", "n0", (0,))
     for t, job in ((1.0, "b"), (2.0, "c")):
         submit(state, job, 1, t)
         policy.schedule(state, t)
+    return state, policy
+
+
+def test_three_jobs_rotate_through_all() -> None:
+    state, policy = _three_on_one_gpu()
     key = state.jobs["a"].gpus
     assert state.members(key) == ["a", "b", "c"]
     assert _runner(state) == ["c"]
@@ -108,12 +115,7 @@ def test_normal_never_resumed_while_a_high_job_waits() -> None:
 
 
 def test_runner_finish_resumes_a_waiting_member_on_next_schedule() -> None:
-    state = new_state(1)
-    policy = gandiva(quantum=60.0)
-    put(state, "a", "n0", (0,))
-    for t, job in ((1.0, "b"), (2.0, "c")):
-        submit(state, job, 1, t)
-        policy.schedule(state, t)
+    state, policy = _three_on_one_gpu()
     state.finish("c", 10.0)
     assert _runner(state) == []  # nothing runs until the policy reacts
     out = policy.schedule(state, 10.0)

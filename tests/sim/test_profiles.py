@@ -1,6 +1,7 @@
 import importlib.util
 import itertools
 import json
+import statistics
 from importlib.resources import files
 from pathlib import Path
 from types import ModuleType
@@ -10,9 +11,9 @@ import pytest
 from gctl.core.topology import Spread
 from gctl.sim.profiles import (
     DEFAULT,
+    DEFAULT_LOCALITY,
     DEFAULT_PACKED_SPEED,
     GPU_MEMORY_MB,
-    ModelProfile,
     known_models,
     locality_factor,
     migration_cost_s,
@@ -88,18 +89,14 @@ def test_unknown_model_gets_the_default(model):
     assert packed_speeds(model, "resnet18") == (DEFAULT_PACKED_SPEED, DEFAULT_PACKED_SPEED)
 
 
-def test_default_profile_is_documented_values():
-    expected = ModelProfile(
-        name="default",
-        family="default",
-        gpu_util=0.39,
-        gpu_mem_mb=5250,
-        checkpoint_mb=572.0,
-        locality=DEFAULT.locality,
-    )
-    assert expected == DEFAULT
-    assert [DEFAULT.locality[s] for s in Spread] == [1.0, 1.0, 0.95, 0.85, 0.7]
-    hash(DEFAULT)  # usable as a dict key despite the mapping field
+def test_default_profile_is_the_rounded_median_trace_model():
+    """A job without a model behaves like a typical trace job, as the module documents."""
+    known = [profile_for(m) for m in known_models()]
+    assert len(known) == 8
+    assert DEFAULT.gpu_util == round(statistics.median(p.gpu_util for p in known), 2)
+    assert DEFAULT.gpu_mem_mb == round(statistics.median(p.gpu_mem_mb for p in known))
+    assert DEFAULT.checkpoint_mb == round(statistics.median(p.checkpoint_mb for p in known))
+    assert DEFAULT.locality == DEFAULT_LOCALITY
 
 
 def test_utilisation_follows_the_trace_light_below_heavy():
