@@ -34,7 +34,7 @@ def grow(state: ClusterState, now: float, idle_period: float) -> list[Decision]:
         if js.resized_at is not None and now - js.resized_at < idle_period:
             continue
         ns = state.nodes[js.gpus[0][0]]
-        extra = min(ns.free, limit - js.held)
+        extra = min(ns.free, limit - js.held) if ns.open else 0
         if extra <= 0:
             continue
         chosen = ns.topo.extend(tuple(i for _, i in js.gpus), ns.free_mask, extra)

@@ -112,7 +112,9 @@ def pack_waiting(
         if len(members) != 1:
             continue
         js = state.jobs[members[0]]
-        if js.status is JobStatus.RUNNING and js.observed is not None:
+        if js.status is not JobStatus.RUNNING or js.observed is None:
+            continue
+        if all(state.nodes[n].open for n in dict.fromkeys(n for n, _ in key)):
             targets.setdefault(len(key), []).append(js)
     for group in targets.values():
         group.sort(key=lambda j: (j.observed.gpu_util if j.observed else 1.0, j.seq))

@@ -13,7 +13,7 @@ pass see earlier ones. Nothing here does I/O or reads a clock.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from gctl.core.decisions import (
@@ -88,12 +88,18 @@ class NodeState:
     load: int = 0
     affinity: int = 0
     up: bool = True
+    drained_by: dict[str, None] = field(default_factory=dict)
     groups: dict[GroupKey, None] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         """The node name."""
         return self.node.name
+
+    @property
+    def open(self) -> bool:
+        """Whether new work may land here: up and not drained."""
+        return self.up and not self.drained_by
 
     @property
     def free(self) -> int:
@@ -147,7 +153,10 @@ class ClusterState:
     # ---- indexes -------------------------------------------------------
 
     def _index(self, ns: NodeState) -> None:
+        """Register an open node in the placement indexes (closed nodes stay out)."""
         self._slice_stale[ns.name] = None
+        if not ns.open:
+            return
         height = ns.height
         self._by_aff_height.setdefault(ns.affinity, {}).setdefault(height, {})[ns.name] = None
         free = ns.free
@@ -155,7 +164,10 @@ class ClusterState:
         self._keys[ns.name] = (ns.affinity, height, free)
 
     def _unindex(self, ns: NodeState) -> None:
-        aff, height, free = self._keys.pop(ns.name)
+        keys = self._keys.pop(ns.name, None)
+        if keys is None:
+            return
+        aff, height, free = keys
         by_height = self._by_aff_height[aff]
         del by_height[height][ns.name]
         if not by_height[height]:
@@ -258,7 +270,7 @@ class ClusterState:
                     if not by_height:
                         del self._slice_index[kind]
             ns = self.nodes[name]
-            if not ns.up:
+            if not ns.open:
                 continue
             found: dict[tuple[int, int], tuple[int, GroupKey]] = {}
             for key in ns.groups:
@@ -371,17 +383,39 @@ class ClusterState:
                 js.since = now
                 self._enqueue(js)
                 requeued.append(job_id)
-        if ns.up:
-            self._unindex(ns)
-            self.total_free -= ns.free
-            ns.up = False
+        self._reindex(ns, lambda: setattr(ns, "up", False))
         return requeued
 
     def node_up(self, name: str) -> None:
         """Return a node to service."""
         ns = self.node(name)
-        if not ns.up:
-            ns.up = True
+        self._reindex(ns, lambda: setattr(ns, "up", True))
+
+    def drain(self, name: str, by: str) -> None:
+        """Close a node to new work on behalf of ``by``; jobs already there stay.
+
+        A node stays drained until every holder (an operator, a reservation)
+        has undrained it. Its free GPUs no longer count as free for placement.
+        """
+        ns = self.node(name)
+        self._reindex(ns, lambda: ns.drained_by.setdefault(by))
+
+    def undrain(self, name: str, by: str) -> None:
+        """Lift ``by``'s drain of a node."""
+        ns = self.node(name)
+        self._reindex(ns, lambda: ns.drained_by.pop(by, None))
+
+    def _reindex(self, ns: NodeState, change: Callable[[], object]) -> None:
+        """Apply a change to a node's availability, keeping free counts and indexes right."""
+        was_open = ns.open
+        change()
+        if ns.open == was_open:
+            return
+        self._slice_stale[ns.name] = None
+        if was_open:
+            self._unindex(ns)
+            self.total_free -= ns.free
+        else:
             self.total_free += ns.free
             self._index(ns)
 
@@ -512,7 +546,8 @@ class ClusterState:
                 if n == node:
                     ns.free_mask &= ~(1 << idx)
                     ns.group_of[idx] = key
-                    self.total_free -= 1
+                    if ns.open:
+                        self.total_free -= 1
             ns.groups[key] = None
             self._index(ns)
 
@@ -536,7 +571,8 @@ class ClusterState:
                     if n == node:
                         ns.free_mask |= 1 << idx
                         ns.group_of[idx] = None
-                        self.total_free += 1
+                        if ns.open:
+                            self.total_free += 1
                 del ns.groups[key]
             if ns.load == 0:
                 ns.affinity = 0

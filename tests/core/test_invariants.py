@@ -11,7 +11,7 @@ from corekit import gandiva, pcie_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gctl.core.decisions import Decision, Place, Queue
+from gctl.core.decisions import Decision, Grow, Migrate, Pack, Place, Queue
 from gctl.core.model import Cluster, JobSpec, JobStatus, Observed, Priority
 from gctl.core.policies.fifo import FifoPolicy
 from gctl.core.policies.gandiva import GandivaPolicy
@@ -67,6 +67,7 @@ INTROSPECT = st.tuples(
     st.just("introspect"), st.sampled_from([0.0, 5.0, 30.0, 60.0, 60.0, 150.0, 400.0])
 )
 FINISH = st.tuples(st.just("finish"), st.integers(0, 1000))
+DRAIN = st.tuples(st.just("drain"), st.integers(0, 5))
 CANCEL = st.tuples(st.just("cancel"), st.integers(0, 1000))
 OBSERVE = st.tuples(
     st.just("observe"),
@@ -77,7 +78,7 @@ OBSERVE = st.tuples(
 )
 OPS = st.one_of(
     SUBMIT, SUBMIT, SUBMIT, SCHEDULE, SCHEDULE, INTROSPECT, INTROSPECT, INTROSPECT,
-    OBSERVE, OBSERVE, OBSERVE, FINISH, CANCEL,
+    OBSERVE, OBSERVE, OBSERVE, FINISH, CANCEL, DRAIN,
 )  # fmt: skip
 
 CLUSTERS = st.lists(st.sampled_from([1, 2, 4, 8, 3, 5, 6, 7]), min_size=1, max_size=6)
@@ -102,6 +103,10 @@ class Run:
                 self.queued.add(d.job_id)
             if isinstance(d, Place):
                 assert d.gpus == tuple(sorted(d.gpus))
+            dst = d.dst if isinstance(d, Migrate) else getattr(d, "gpus", ())
+            if isinstance(d, Place | Migrate | Pack | Grow):
+                closed = {n for n, _ in dst if not self.state.nodes[n].open}
+                assert not closed, f"{type(d).__name__} of {d.job_id} onto drained {closed}"
 
 
 def check(run: Run, *, after_pass: bool) -> None:
@@ -194,13 +199,13 @@ def check(run: Run, *, after_pass: bool) -> None:
         assert ns.load <= run.max_height * ns.size + EPS, (
             f"{name}: load {ns.load} over {run.max_height} x {ns.size}"
         )
-        if ns.up:
+        if ns.open:
             total_free += ns.free
     # (d)
     assert state.total_free == total_free
 
     # indexes agree with the nodes
-    up = [ns for ns in state.nodes.values() if ns.up]
+    up = [ns for ns in state.nodes.values() if ns.open]
     for aff in {ns.affinity for ns in up}:
         listed = list(state.nodes_by_affinity(aff))
         assert {ns.name for ns in listed} == {ns.name for ns in up if ns.affinity == aff}
@@ -212,7 +217,7 @@ def check(run: Run, *, after_pass: bool) -> None:
             expect: dict[str, tuple[int, int, GroupKey]] = {}
             for key, members in state.groups.items():
                 ns = state.nodes[key[0][0]]
-                if len(key) != count or key[-1][0] != ns.name or not ns.up:
+                if len(key) != count or key[-1][0] != ns.name or not ns.open:
                     continue
                 jobs = [state.jobs[m] for m in members]
                 top = max(int(j.spec.priority) for j in jobs)
@@ -269,6 +274,12 @@ def run_ops(sizes: list[int], ops: list[tuple[Any, ...]], make: Callable[[], Pol
                 job_id = live[k % len(live)]
                 state.finish(job_id, run.now)
                 run.finished.add(job_id)
+            case ("drain", k):
+                name = f"n{k % len(sizes)}"
+                if state.nodes[name].drained_by:
+                    state.undrain(name, "operator")
+                else:
+                    state.drain(name, "operator")
             case ("observe", k, util, mem, rate):
                 live = _live(state, None)
                 if not live:
@@ -277,6 +288,8 @@ def run_ops(sizes: list[int], ops: list[tuple[Any, ...]], make: Callable[[], Pol
                 state.observe(job_id, Observed(run.now, util, mem, rate))
         check(run, after_pass=after_pass)
     # draining: finish every job, each exactly once, and the cluster is empty again
+    for name in state.nodes:
+        state.undrain(name, "operator")
     for _ in range(len(run.submitted) + 1):
         run.decided(policy.schedule(state, run.now))
         check(run, after_pass=True)

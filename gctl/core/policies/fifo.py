@@ -50,7 +50,7 @@ def first_fit(state: ClusterState, count: int) -> GroupKey | None:
         return None
     spill: list[GpuRef] = []
     for ns in state.nodes.values():
-        if not ns.up or not ns.free:
+        if not ns.open or not ns.free:
             continue
         free = [(ns.name, i) for i in range(ns.size) if ns.free_mask >> i & 1]
         if len(free) >= count:
