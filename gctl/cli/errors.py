@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from sqlalchemy.exc import OperationalError
+
+from gctl.config import ConfigError
 from gctl.core.policy import PolicyOptionError, UnknownPolicyError
 from gctl.core.state import StateError
+from gctl.services.errors import ServiceError
+from gctl.services.specs import SpecError
 from gctl.sim.cluster_spec import ClusterSpecError
 from gctl.sim.traces import TraceError
+from gctl.store.engine import StoreError
 
 
 class UsageError(ValueError):
@@ -19,6 +25,11 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     UnknownPolicyError,
     PolicyOptionError,
     StateError,
+    ServiceError,
+    SpecError,
+    StoreError,
+    ConfigError,
+    OperationalError,
     OSError,
 )
 """Exceptions caused by input or environment; anything else is a bug and keeps its traceback."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 
 import typer
+from sqlalchemy.exc import OperationalError
 
 from gctl import __version__
-from gctl.cli import render, sim
+from gctl.cli import admin, jobs, nodes, render, sim
 from gctl.cli.errors import USER_ERRORS
 
 app = typer.Typer(
@@ -15,6 +16,20 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.command("init")(admin.init)
+app.add_typer(admin.app, name="db")
+app.add_typer(nodes.app, name="node")
+app.command("submit")(jobs.submit)
+app.command("queue")(jobs.queue)
+app.add_typer(jobs.show_app, name="show")
+app.command("cancel")(jobs.cancel)
+app.command("suspend")(jobs.suspend)
+app.command("resume")(jobs.resume)
+app.command("requeue")(jobs.requeue)
+app.command("hold")(jobs.hold)
+app.command("release")(jobs.release)
+app.command("migrate")(jobs.migrate)
+app.command("events")(jobs.events_cmd)
 app.add_typer(sim.app, name="sim")
 
 
@@ -28,6 +43,11 @@ def _version(value: bool) -> None:
 def root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    db: str | None = typer.Option(
+        None,
+        "--db",
+        help="Database: a SQLite file or a URL (default: $GCTL_DB, config file, per-user file).",
     ),
 ) -> None:
     """Operations toolkit for bare-metal GPU clusters."""
@@ -50,4 +70,6 @@ def _one_line(exc: Exception) -> str:
     """A user error as text; a file error names the file first, as shell tools do."""
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror}"
+    if isinstance(exc, OperationalError):
+        return f"database: {exc.orig}"
     return str(exc)

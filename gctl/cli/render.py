@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from gctl.sim.runner import SimReport
+if TYPE_CHECKING:
+    from gctl.services.events import EventView
+    from gctl.services.jobs import JobDetail, JobView
+    from gctl.services.nodes import NodeView
+    from gctl.sim.runner import SimReport
 
 _ROWS: tuple[tuple[str, str, str], ...] = (
     ("avg_jct", "avg JCT", "duration"),
@@ -25,8 +33,8 @@ _COUNTS = ("places", "suspends", "resumes", "packs", "unpacks", "migrations", "g
 
 
 def stdout() -> Console:
-    """Console for results."""
-    return Console()
+    """Console for results; tables are not squeezed to 80 columns when piped."""
+    return Console(width=None if sys.stdout.isatty() else 250)
 
 
 def stderr() -> Console:
@@ -36,8 +44,8 @@ def stderr() -> Console:
 
 def emit_json(doc: Any) -> None:
     """Write one JSON document to stdout."""
-    json.dump(doc, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    # Compact and in one piece, so the C encoder does the work (json.dump would not).
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
 
 
 def error(message: str) -> None:
@@ -105,3 +113,218 @@ def sim_report(report: SimReport) -> None:
             f"{len(rejected)} job(s) need more GPUs than the cluster has and were not run:"
             f" {', '.join(rejected[:10])}{' …' if len(rejected) > 10 else ''}"
         )
+
+
+def message(text: str) -> None:
+    """A short confirmation for people (stdout)."""
+    print(text)
+
+
+def _when(at: float | None) -> str:
+    """Epoch seconds as local time, the way squeue prints times."""
+    return datetime.fromtimestamp(at).strftime("%Y-%m-%dT%H:%M:%S") if at is not None else "-"
+
+
+def node_table(nodes: list[NodeView]) -> None:
+    """``gctl node ls``: one row per node, sinfo-like."""
+    table = Table(box=None, pad_edge=False)
+    for col in ("NODE", "STATE", "GPUS", "HEIGHT", "AFF", "GPU KINDS", "HOST"):
+        table.add_column(col)
+    for n in nodes:
+        emulated = " (emulated)" if n.emulated else ""
+        table.add_row(
+            n.name,
+            n.state_flag,
+            f"{n.gpus_used}/{n.gpus_total}",
+            f"{n.height:.2f}",
+            str(n.affinity),
+            n.gpu_kinds + emulated,
+            f"{n.host}:{n.port}",
+        )
+    stdout().print(table, markup=False)
+
+
+def reasons_table(nodes: list[NodeView]) -> None:
+    """``gctl node ls -R``: why nodes are drained or down, like ``sinfo -R``."""
+    table = Table(box=None, pad_edge=False)
+    for col in ("REASON", "USER", "TIMESTAMP", "STATE", "NODE"):
+        table.add_column(col)
+    for n in nodes:
+        if n.reason:
+            table.add_row(n.reason, n.reason_user or "-", _when(n.reason_time), n.state, n.name)
+    stdout().print(table, markup=False)
+
+
+def node_detail(n: NodeView) -> None:
+    """``gctl node show``: the node, then its GPUs and the jobs on them."""
+    print(f"NodeName={n.name} State={n.state_flag} Host={n.host}:{n.port} User={n.ssh_user or '-'}")
+    print(f"   GPUs={n.gpus_used}/{n.gpus_total} Height={n.height:.2f} Affinity={n.affinity}")
+    if n.reason:
+        print(f"   Reason={n.reason} [{n.reason_user}@{_when(n.reason_time)}]")
+    table = Table(box=None, pad_edge=False)
+    for col in ("GPU", "MODEL", "MEMORY", "SOCKET", "PCIE", "JOBS"):
+        table.add_column(col)
+    for g in n.gpus:
+        model = g.model + (" (emulated)" if g.emulated else "")
+        jobs = ",".join(map(str, g.jobs)) or "-"
+        table.add_row(
+            str(g.index), model, f"{g.memory_mb} MiB", str(g.socket), str(g.pcie_switch), jobs
+        )
+    stdout().print(table, markup=False)
+
+
+QUEUE_FORMAT = "%.8i %.9P %.12j %.10u %.2t %.10M %.4b %R"
+"""The default ``gctl queue`` layout (squeue's, with %b for GPUs and %P for priority)."""
+
+_FIELD = re.compile(r"%(\.?)(\d*)([a-zA-Z%])")
+
+
+def _elapsed(job: JobView, now: float) -> str:
+    if job.start_time is None:
+        return "0:00"
+    end = job.end_time or now
+    s = int(end - job.start_time)
+    days, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    core = f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    return f"{days}-{h:02d}:{m:02d}:{s:02d}" if days else core
+
+
+def _queue_field(job: JobView, code: str, now: float) -> str:
+    nodes = ",".join(job.nodes)
+    reason = job.reason or "None"
+    match code:
+        case "i":
+            return str(job.id)
+        case "j":
+            return job.name
+        case "u":
+            return job.user
+        case "t":
+            return job.code
+        case "T":
+            return job.state
+        case "M":
+            return _elapsed(job, now)
+        case "b":
+            return str(job.gpus)
+        case "P":
+            return job.priority
+        case "N":
+            return nodes
+        case "R":
+            return nodes if nodes and job.state != "PENDING" else f"({reason})"
+        case "r":
+            return reason
+        case "V":
+            return _when(job.submit_time)
+        case "S":
+            return _when(job.start_time)
+        case "%":
+            return "%"
+    raise ValueError(code)
+
+
+QUEUE_CODES = "ijutTMbPNRrVS%"
+_HEADERS = {
+    "i": "JOBID",
+    "j": "NAME",
+    "u": "USER",
+    "t": "ST",
+    "T": "STATE",
+    "M": "TIME",
+    "b": "GPUS",
+    "P": "PRIORITY",
+    "N": "NODELIST",
+    "R": "NODELIST(REASON)",
+    "r": "REASON",
+    "V": "SUBMIT_TIME",
+    "S": "START_TIME",
+    "%": "%",
+}
+
+
+def check_queue_format(fmt: str) -> None:
+    """Refuse a ``--format`` with a field code ``gctl queue`` does not know."""
+    for m in _FIELD.finditer(fmt):
+        if m.group(3) not in QUEUE_CODES:
+            raise ValueError(
+                f"--format: unknown field %{m.group(3)} (known: "
+                + " ".join(f"%{c}" for c in QUEUE_CODES[:-1])
+                + ")"
+            )
+
+
+def queue(jobs: list[JobView], fmt: str, *, header: bool) -> None:
+    """``gctl queue`` as plain columns, laid out by a squeue-style ``--format``.
+
+    ``%.10i`` right-aligns in 10 columns, ``%10i`` left-aligns; without a
+    width the value is printed as is. Plain text, not a rich table, and the
+    format is parsed once, so 100,000 jobs print in a fraction of a second.
+    """
+    now = time.time()
+    parts: list[str | tuple[str, int, bool]] = []
+    pos = 0
+    for m in _FIELD.finditer(fmt):
+        parts.append(fmt[pos : m.start()])
+        parts.append((m.group(3), int(m.group(2) or 0), bool(m.group(1))))
+        pos = m.end()
+    parts.append(fmt[pos:])
+
+    def line(value: Callable[[str], str]) -> str:
+        out = []
+        for part in parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            code, width, right = part
+            text = value(code)
+            if width:
+                text = text[:width].rjust(width) if right else text[:width].ljust(width)
+            out.append(text)
+        return "".join(out).rstrip()
+
+    lines = [line(_HEADERS.__getitem__)] if header else []
+    lines.extend(line(lambda c, j=j: _queue_field(j, c, now)) for j in jobs)  # type: ignore[misc]
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def job_detail(d: JobDetail) -> None:
+    """``gctl show job``: scontrol-style key=value lines, then history."""
+    v = d.view
+    print(f"JobId={v.id} JobName={v.name} UserId={v.user}")
+    print(f"   JobState={v.state} Reason={v.reason or 'None'} Held={'yes' if v.held else 'no'}")
+    print(f"   Priority={v.priority} GPUs={v.gpus} Nodes={','.join(v.nodes) or '(none)'}")
+    print(f"   SubmitTime={_when(v.submit_time)} StartTime={_when(v.start_time)}")
+    spec = d.spec
+    print(f"   Image={spec['image']}")
+    print(f"   Command={json.dumps(spec['command'])}")
+    for key in ("env", "mounts", "class", "elastic", "gpu_mem_mb", "datasets", "profile"):
+        if spec[key]:
+            print(f"   {key}={json.dumps(spec[key])}")
+    for node, gpu, mode in d.allocations:
+        print(f"   GPU {node}:{gpu} {mode}")
+    for i, kind, status in d.intents:
+        print(f"   Intent {i}: {kind} ({status})")
+    print("History:")
+    for at, state, why in d.history:
+        print(f"   {_when(at)} {state} {why or ''}".rstrip())
+
+
+def events_table(rows: list[EventView]) -> None:
+    """``gctl events``: the log, oldest first."""
+    table = Table(box=None, pad_edge=False)
+    for col in ("TIME", "USER", "KIND", "JOB", "NODE", "WHAT"):
+        table.add_column(col)
+    for e in rows:
+        table.add_row(
+            _when(e.at),
+            e.user,
+            e.kind,
+            str(e.job_id) if e.job_id is not None else "-",
+            e.node or "-",
+            e.message,
+        )
+    stdout().print(table, markup=False)

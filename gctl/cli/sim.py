@@ -6,13 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gctl.cli import render
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options, parse_window
-from gctl.sim.perf import PerfConfig
-from gctl.sim.runner import SimRequest, run
 
 app = typer.Typer(help="Replay workload traces through the scheduler (same code as the daemon).")
 
@@ -55,6 +52,18 @@ def run_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Simulate POLICY on TRACE and compare it with a baseline, side by side."""
+    # Imported here so store commands do not pay for the simulator at start-up.
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from gctl.sim.perf import PerfConfig
+    from gctl.sim.runner import SimRequest, run
+
     perf = (
         PerfConfig.plain()
         if plain

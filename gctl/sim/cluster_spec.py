@@ -237,6 +237,14 @@ def _gpu_type(text: str, source: str) -> str:
     return text
 
 
+def parse_gpu_kind(text: str) -> tuple[str, int]:
+    """``TYPE-MEMORY`` (e.g. ``V100-16GB``) as (GPU type, memory in MB)."""
+    name, dash, memory = text.rpartition("-")
+    if not dash or not name:
+        raise ClusterSpecError(f"GPU {text!r} needs TYPE-MEMORY, e.g. 'V100-16GB'")
+    return _gpu_type(name, f"GPU {text!r}"), parse_memory(memory)
+
+
 def _parse_compact(spec: str) -> Cluster:
     """Parse ``NODESxGPUS[:TYPE-MEMORY]``."""
     match = _COMPACT_RE.fullmatch(spec)
@@ -256,14 +264,8 @@ def _parse_compact(spec: str) -> Cluster:
         )
     gpu_type, memory_mb = DEFAULT_GPU_TYPE, DEFAULT_GPU_MEMORY_MB
     if gpu is not None:
-        name, dash, memory = gpu.rpartition("-")
-        if not dash or not name:
-            raise ClusterSpecError(
-                f"bad cluster spec {spec!r}: GPU {gpu!r} needs TYPE-MEMORY, e.g. 'V100-16GB'"
-            )
-        gpu_type = _gpu_type(name, f"bad cluster spec {spec!r}")
         try:
-            memory_mb = parse_memory(memory)
+            gpu_type, memory_mb = parse_gpu_kind(gpu)
         except ClusterSpecError as exc:
             raise ClusterSpecError(f"bad cluster spec {spec!r}: {exc}") from None
     return _build([_Group(count, "node", gpus, gpu_type, memory_mb, "pcie")], repr(spec))

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import sys
 from pathlib import Path
 
+from clikit import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gctl.cli.main import main
 from gctl.sim.cluster_spec import ClusterSpecError, parse_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "traces" / "philly_models_trace3.csv"
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    argv = sys.argv
-    sys.argv = ["gctl", *args]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_json_report_compares_both_policies_on_the_same_jobs() -> None:

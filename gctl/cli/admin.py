@@ -1,0 +1,56 @@
+"""``gctl init`` and ``gctl db``: create, upgrade and inspect the state store."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gctl import config
+from gctl.cli import render
+from gctl.cli.context import target
+from gctl.services import db
+from gctl.store import schema
+
+app = typer.Typer(help="The state store's schema: upgrade it or show its revision.")
+
+
+def init(
+    ctx: typer.Context,
+    no_config: Annotated[
+        bool, typer.Option("--no-config", help="Do not write a starter config file.")
+    ] = False,
+) -> None:
+    """Create or upgrade the database and write a starter config if there is none."""
+    store = db.connect(target(ctx))
+    before, after = db.upgrade(store)
+    what = "created" if before is None else ("upgraded" if before != after else "already current")
+    render.message(f"database {store.url} {what} (schema {after}; chosen by {store.source})")
+    if not no_config:
+        path = config.starter_config_path()
+        if config.write_starter(path, store.url):
+            render.message(f"wrote starter config {path}")
+
+
+@app.command("upgrade")
+def upgrade(ctx: typer.Context) -> None:
+    """Bring the database to this gctl's schema."""
+    store = db.connect(target(ctx))
+    before, after = db.upgrade(store)
+    render.message(f"database {store.url}: schema {before or 'empty'} -> {after}")
+
+
+@app.command("current")
+def current(
+    ctx: typer.Context,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Show the database's schema revision and the one this gctl needs."""
+    store = db.connect(target(ctx))
+    at, head = db.revision(store), schema.head()
+    doc = {"url": store.url, "source": store.source, "current": at, "head": head}
+    if json_out:
+        render.emit_json(doc)
+    else:
+        state = "up to date" if at == head else "needs 'gctl db upgrade'"
+        render.message(f"{store.url}: schema {at or 'empty'} (this gctl: {head}) - {state}")

@@ -1,0 +1,228 @@
+"""Job commands in Slurm's words: submit, queue, show, cancel, suspend, resume, requeue, ..."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gctl.cli import render
+from gctl.cli.context import store
+from gctl.cli.errors import UsageError
+from gctl.cli.parse import parse_duration
+from gctl.services import events, jobs, nodes, specs
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+JobArg = Annotated[int, typer.Argument(help="Job id.", min=1)]
+
+show_app = typer.Typer(help="Show one job or node in detail (scontrol show).")
+
+
+def submit(
+    ctx: typer.Context,
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The command to run in the container, after --.")
+    ] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs the job needs.")] = 1,
+    image: Annotated[str | None, typer.Option(help="Container image.")] = None,
+    name: Annotated[str, typer.Option(help="Job name (default: the command).")] = "",
+    priority: Annotated[str, typer.Option(help="low, normal or high.")] = "normal",
+    job_class: Annotated[
+        str, typer.Option("--class", help="production or opportunistic.")
+    ] = "production",
+    elastic: Annotated[str | None, typer.Option(help="MIN:MAX GPUs for an elastic job.")] = None,
+    gpu_mem: Annotated[str | None, typer.Option(help="GPU memory needed, e.g. 8G.")] = None,
+    dataset: Annotated[list[str] | None, typer.Option(help="Dataset name (repeatable).")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE (repeatable).")] = None,
+    mount: Annotated[list[str] | None, typer.Option(help="SRC:DST[:ro] (repeatable).")] = None,
+    profile: Annotated[str | None, typer.Option(help="Model/profile name, e.g. resnet50.")] = None,
+    batch: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="Submit every job in a JSON-lines/JSON/TOML file."),
+    ] = None,
+    parsable: Annotated[bool, typer.Option(help="Print only the job id(s).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Queue a job (or a batch from --file) for the daemon to place, like sbatch."""
+    if batch is not None:
+        if command or image:
+            raise UsageError("--file takes every spec from the file; give no command or --image")
+        requests = list(specs.read_batch(batch))
+    else:
+        if not image:
+            raise UsageError("--image is required (or --file)")
+        requests = [
+            specs.build(
+                image=image,
+                command=command or [],
+                gpus=gpus,
+                name=name,
+                priority=priority,
+                job_class=job_class,
+                elastic=elastic,
+                gpu_mem=gpu_mem,
+                datasets=dataset or [],
+                env=env or [],
+                mounts=mount or [],
+                profile=profile,
+            )
+        ]
+    ids = jobs.submit(store(ctx), requests)
+    if json_out:
+        render.emit_json({"job_ids": ids})
+    elif parsable:
+        render.message("\n".join(map(str, ids)))
+    elif len(ids) == 1:
+        render.message(f"Submitted job {ids[0]}")
+    else:
+        render.message(f"Submitted {len(ids)} jobs: {ids[0]}..{ids[-1]}" if ids else "No jobs")
+
+
+def queue(
+    ctx: typer.Context,
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="Only these users (comma list).")
+    ] = None,
+    states: Annotated[
+        str | None, typer.Option("--states", "-t", help="States or codes, e.g. PD,R or all.")
+    ] = None,
+    nodelist: Annotated[
+        str | None, typer.Option("--nodelist", "-w", help="Only jobs on these nodes.")
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", "-o", help="squeue-style fields, e.g. '%i %t %R'.")
+    ] = render.QUEUE_FORMAT,
+    noheader: Annotated[bool, typer.Option("--noheader", "-h", help="No header line.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List jobs like squeue (not finished ones unless -t says otherwise)."""
+    try:
+        render.check_queue_format(fmt)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    views = jobs.queue(
+        store(ctx),
+        users=_split(user),
+        states=jobs.parse_states(states) if states else None,
+        nodes=_split(nodelist),
+    )
+    if json_out:
+        render.emit_json({"jobs": [v.to_dict() for v in views]})
+    else:
+        render.queue(views, fmt, header=not noheader)
+
+
+def _split(text: str | None) -> set[str] | None:
+    return {p.strip() for p in text.split(",") if p.strip()} if text else None
+
+
+@show_app.command("job")
+def show_job(ctx: typer.Context, job_id: JobArg, json_out: JsonOpt = False) -> None:
+    """A job's spec, where it runs, its history and open intents."""
+    detail = jobs.show_job(store(ctx), job_id)
+    if json_out:
+        render.emit_json(detail.to_dict())
+    else:
+        render.job_detail(detail)
+
+
+@show_app.command("node")
+def show_node(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Node name.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """A node with its GPUs and the jobs on them."""
+    view = nodes.show_node(store(ctx), name)
+    if json_out:
+        render.emit_json(view.to_dict())
+    else:
+        render.node_detail(view)
+
+
+def _report(results: list[jobs.ActionResult], json_out: bool) -> None:
+    if json_out:
+        render.emit_json({"results": [r.to_dict() for r in results]})
+    else:
+        for r in results:
+            render.message(r.message)
+
+
+def cancel(
+    ctx: typer.Context,
+    job_ids: Annotated[list[int], typer.Argument(help="Job ids.", min=1)],
+    signal: Annotated[
+        str | None, typer.Option("--signal", "-s", help="Send this signal instead of ending.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cancel jobs (pending ones at once; running ones through the daemon)."""
+    if signal is not None and not (signal.isalnum() and len(signal) <= 10):
+        raise UsageError(f"--signal {signal!r}: give a signal name or number, e.g. TERM or 15")
+    args = {"signal": signal.upper()} if signal else {}
+    s = store(ctx)
+    _report([jobs.act(s, j, "cancel", **args) for j in job_ids], json_out)
+
+
+def _simple(action: str, doc: str) -> Callable[..., None]:
+    def command(
+        ctx: typer.Context,
+        job_ids: Annotated[list[int], typer.Argument(help="Job ids.", min=1)],
+        json_out: JsonOpt = False,
+    ) -> None:
+        s = store(ctx)
+        _report([jobs.act(s, j, action) for j in job_ids], json_out)
+
+    command.__doc__ = doc
+    return command
+
+
+suspend = _simple("suspend", "Suspend running jobs (scontrol suspend), through the daemon.")
+resume = _simple("resume", "Resume suspended jobs, through the daemon.")
+hold = _simple("hold", "Keep pending jobs from starting until released.")
+release = _simple("release", "Let held jobs start again.")
+
+
+def requeue(
+    ctx: typer.Context,
+    job_ids: Annotated[list[int], typer.Argument(help="Job ids.", min=1)],
+    hold_it: Annotated[bool, typer.Option("--hold", help="Hold the job once requeued.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Send running jobs back to the queue from their last checkpoint, through the daemon."""
+    s = store(ctx)
+    _report([jobs.act(s, j, "requeue", hold=hold_it) for j in job_ids], json_out)
+
+
+def migrate(
+    ctx: typer.Context,
+    job_id: JobArg,
+    to: Annotated[
+        str | None, typer.Option(help="NODE or NODE:GPU,GPU (default: the scheduler picks).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Move a job to other GPUs from a checkpoint, through the daemon."""
+    _report([jobs.act(store(ctx), job_id, "migrate", to=to)], json_out)
+
+
+def events_cmd(
+    ctx: typer.Context,
+    job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
+    node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
+    since: Annotated[str | None, typer.Option(help="Only the last span, e.g. 30m, 2h, 7d.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most the newest N.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The event log: who did what, when and why."""
+    start = None
+    if since:
+        start = time.time() - parse_duration(since)
+    rows = events.list_events(store(ctx), job_id=job, node=node, since=start, limit=limit)
+    if json_out:
+        render.emit_json({"events": [e.to_dict() for e in rows]})
+    else:
+        render.events_table(rows)

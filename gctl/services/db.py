@@ -1,0 +1,66 @@
+"""Opening the state store for a command, and creating or upgrading its schema."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import SQLAlchemyError as _SAError
+
+from gctl import config
+from gctl.services.errors import ServiceError
+from gctl.store import schema
+from gctl.store.engine import StoreError, make_engine, parse_url
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """An opened store: its engine and where the choice of database came from."""
+
+    engine: Engine
+    url: str
+    source: str
+
+
+def connect(db: str | None = None) -> Store:
+    """The store named by ``--db``, the environment, config files or the default."""
+    settings = config.resolve(db)
+    url = parse_url(settings.db)
+    try:
+        engine = make_engine(url)
+    except (ImportError, _SAError) as exc:
+        raise StoreError(f"cannot use database {url.render_as_string()}: {exc}") from None
+    return Store(engine, url.render_as_string(hide_password=True), settings.db_source)
+
+
+def open_store(db: str | None = None) -> Store:
+    """The store, checked to be at the schema this gctl expects."""
+    store = connect(db)
+    at = revision(store)
+    if at is None:
+        raise ServiceError(f"no gctl database at {store.url}; run 'gctl init' first")
+    if at != schema.head():
+        raise ServiceError(
+            f"database {store.url} is at schema {at}, this gctl needs {schema.head()}; "
+            "run 'gctl db upgrade'"
+        )
+    return store
+
+
+def revision(store: Store) -> str | None:
+    """The schema revision of the store (None when empty)."""
+    try:
+        return schema.current(store.engine)
+    except OperationalError as exc:
+        raise StoreError(f"cannot open database {store.url}: {exc.orig}") from None
+
+
+def upgrade(store: Store) -> tuple[str | None, str]:
+    """Bring the store to the newest schema; returns (before, after)."""
+    before = revision(store)
+    try:
+        schema.upgrade(store.engine)
+    except OperationalError as exc:
+        raise StoreError(f"cannot upgrade database {store.url}: {exc.orig}") from None
+    return before, schema.head()

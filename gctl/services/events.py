@@ -1,0 +1,96 @@
+"""The append-only event log: recording who did what and why, and reading it back."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gctl.services.db import Store
+from gctl.store.engine import transaction
+from gctl.store.models import EventRow, iso, now
+
+
+def current_user() -> str:
+    """The user a command acts for (``$GCTL_USER`` overrides the login name, for tests)."""
+    return os.environ.get("GCTL_USER") or getpass.getuser()
+
+
+def record(
+    session: Session,
+    kind: str,
+    message: str,
+    *,
+    job_id: int | None = None,
+    node: str | None = None,
+    user: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Append one event in the caller's transaction."""
+    session.add(
+        EventRow(
+            at=now(),
+            user=user or current_user(),
+            kind=kind,
+            job_id=job_id,
+            node=node,
+            message=message,
+            data=data or {},
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    """One event as commands show it."""
+
+    id: int
+    at: float
+    user: str
+    kind: str
+    job_id: int | None
+    node: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form with stable keys."""
+        return {
+            "id": self.id,
+            "at": iso(self.at),
+            "user": self.user,
+            "kind": self.kind,
+            "job_id": self.job_id,
+            "node": self.node,
+            "message": self.message,
+        }
+
+
+def list_events(
+    store: Store,
+    *,
+    job_id: int | None = None,
+    node: str | None = None,
+    since: float | None = None,
+    limit: int | None = None,
+) -> list[EventView]:
+    """Events, oldest first, filtered by job, node and time; the newest ``limit`` when given."""
+    q = select(EventRow)
+    if job_id is not None:
+        q = q.where(EventRow.job_id == job_id)
+    if node is not None:
+        q = q.where(EventRow.node == node)
+    if since is not None:
+        q = q.where(EventRow.at >= since)
+    q = q.order_by(EventRow.id.desc())
+    if limit is not None:
+        q = q.limit(limit)
+    with transaction(store.engine, write=False) as s:
+        rows = s.scalars(q).all()
+        return [
+            EventView(r.id, r.at, r.user, r.kind, r.job_id, r.node, r.message)
+            for r in reversed(rows)
+        ]

@@ -1,0 +1,310 @@
+"""Node use cases: add, list (sinfo-like), show, drain/undrain/down/resume, remove.
+
+A node's state is shown in Slurm's words: ``idle``, ``mix``, ``alloc`` from
+its GPUs in use, ``drng`` (drained but jobs still on it), ``drain`` and
+``down`` from the operator's last word, with ``*`` when the node has not
+answered within the heartbeat timeout (or never has).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from gctl.services import events
+from gctl.services.db import Store
+from gctl.services.errors import NotFound, ServiceError
+from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_gpu_kind
+from gctl.store.engine import transaction
+from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, iso, now
+
+HEARTBEAT_TIMEOUT = 60.0
+"""Seconds without an answer after which a node is shown as not responding."""
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_EMULATE = re.compile(r"^(\d{1,2})\s*[xX]\s*(\S+)$")
+_ADMIN = {"drain": "drain", "undrain": "up", "down": "down", "resume": "up"}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU of a node."""
+
+    index: int
+    model: str
+    memory_mb: int
+    socket: int
+    pcie_switch: int
+    uuid: str | None
+    emulated: bool
+    jobs: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "index": self.index,
+            "model": self.model,
+            "memory_mb": self.memory_mb,
+            "socket": self.socket,
+            "pcie_switch": self.pcie_switch,
+            "uuid": self.uuid,
+            "emulated": self.emulated,
+            "jobs": list(self.jobs),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node as ``gctl node ls`` and ``gctl node show`` present it."""
+
+    name: str
+    host: str
+    port: int
+    ssh_user: str | None
+    state: str
+    responding: bool
+    gpus_total: int
+    gpus_used: int
+    height: float
+    affinity: int
+    gpu_kinds: str
+    emulated: bool
+    reason: str | None
+    reason_user: str | None
+    reason_time: float | None
+    gpus: tuple[GpuView, ...] = field(default=())
+
+    @property
+    def state_flag(self) -> str:
+        """The state with Slurm's ``*`` when the node is not responding."""
+        return self.state + ("" if self.responding else "*")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form with stable keys."""
+        return {
+            "name": self.name,
+            "host": self.host,
+            "port": self.port,
+            "user": self.ssh_user,
+            "state": self.state,
+            "responding": self.responding,
+            "gpus_total": self.gpus_total,
+            "gpus_used": self.gpus_used,
+            "height": round(self.height, 3),
+            "affinity": self.affinity,
+            "gpu_kinds": self.gpu_kinds,
+            "emulated": self.emulated,
+            "reason": self.reason,
+            "reason_user": self.reason_user,
+            "reason_time": iso(self.reason_time),
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+
+def parse_emulated(text: str) -> list[GpuRow]:
+    """GPU rows for ``--emulate-gpus NxTYPE-MEM`` (e.g. ``4xV100-16GB``), default topology."""
+    m = _EMULATE.match(text.strip())
+    if m is None:
+        raise ServiceError(f"--emulate-gpus {text!r}: expected COUNTxTYPE-MEMORY, e.g. 4xV100-16GB")
+    try:
+        model, memory_mb = parse_gpu_kind(m.group(2))
+        gpus = node_gpus(int(m.group(1)), gpu_type=model, memory_mb=memory_mb)
+    except ClusterSpecError as exc:
+        raise ServiceError(f"--emulate-gpus {text!r}: {exc}") from None
+    return [
+        GpuRow(
+            index=g.index,
+            model=g.type,
+            memory_mb=g.memory_mb,
+            socket=g.socket,
+            pcie_switch=g.pcie_switch,
+            nvlink_peers=[list(p) for p in g.nvlink],
+            emulated=True,
+        )
+        for g in gpus
+    ]
+
+
+def check_name(name: str) -> str:
+    """A node name: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit."""
+    if not _NAME.match(name):
+        raise ServiceError(f"node name {name!r}: use letters, digits, '.', '_' or '-' (max 63)")
+    return name
+
+
+def add_node(
+    store: Store,
+    name: str,
+    host: str,
+    *,
+    port: int = 22,
+    ssh_user: str | None = None,
+    key_path: str | None = None,
+    emulate_gpus: str | None = None,
+) -> NodeView:
+    """Record a new node (its SSH and Docker side comes with the hosts layer)."""
+    check_name(name)
+    if not host or any(c.isspace() or ord(c) < 32 for c in host):
+        raise ServiceError(f"--host {host!r}: not a host name or address")
+    if not 1 <= port <= 65535:
+        raise ServiceError(f"--port {port}: must be 1..65535")
+    gpus = parse_emulated(emulate_gpus) if emulate_gpus else []
+    with transaction(store.engine, write=True) as s:
+        if s.scalar(select(NodeRow.id).where(NodeRow.name == name)) is not None:
+            raise ServiceError(f"node {name!r} already exists")
+        row = NodeRow(
+            name=name,
+            host=host,
+            port=port,
+            ssh_user=ssh_user,
+            key_path=key_path,
+            emulated=bool(gpus),
+            gpus=gpus,
+        )
+        s.add(row)
+        s.flush()
+        what = f" with emulated GPUs {emulate_gpus}" if gpus else ""
+        events.record(s, "node.add", f"node {name} added ({host}:{port}){what}", node=name)
+        return _views(s, [row], detail=True)[0]
+
+
+def list_nodes(store: Store, names: list[str] | None = None) -> list[NodeView]:
+    """Every node (or the named ones), by name."""
+    with transaction(store.engine, write=False) as s:
+        q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
+        if names:
+            q = q.where(NodeRow.name.in_(names))
+        rows = list(s.scalars(q))
+        _check_all_found(names, [r.name for r in rows])
+        return _views(s, rows, detail=False)
+
+
+def show_node(store: Store, name: str) -> NodeView:
+    """One node with its GPUs and the jobs on them."""
+    with transaction(store.engine, write=False) as s:
+        row = _get(s, name)
+        return _views(s, [row], detail=True)[0]
+
+
+def set_admin_state(store: Store, name: str, action: str, reason: str | None) -> NodeView:
+    """``drain``, ``undrain``, ``down`` or ``resume`` a node, recording reason, user and time."""
+    if action not in _ADMIN:
+        raise ServiceError(f"unknown node action {action!r}")
+    if action in ("drain", "down") and not (reason and reason.strip()):
+        raise ServiceError(f"--reason: give a reason to {action} a node")
+    with transaction(store.engine, write=True) as s:
+        row = _get(s, name)
+        if action == "undrain" and row.admin_state != "drain":
+            raise ServiceError(f"node {name} is not drained (it is {row.admin_state})")
+        row.admin_state = _ADMIN[action]
+        user = events.current_user()
+        if row.admin_state == "up":
+            row.reason = row.reason_user = row.reason_time = None
+        else:
+            row.reason, row.reason_user, row.reason_time = reason, user, now()
+        why = f": {reason}" if reason else ""
+        events.record(s, f"node.{action}", f"node {name} {action}{why}", node=name, user=user)
+        return _views(s, [row], detail=True)[0]
+
+
+def remove_node(store: Store, name: str) -> None:
+    """Forget a node; refused while jobs hold its GPUs."""
+    with transaction(store.engine, write=True) as s:
+        row = _get(s, name)
+        busy = s.scalar(
+            select(func.count())
+            .select_from(AllocationRow)
+            .join(GpuRow, AllocationRow.gpu_id == GpuRow.id)
+            .where(GpuRow.node_id == row.id)
+        )
+        if busy:
+            raise ServiceError(f"node {name} still runs jobs; drain it and wait, then remove it")
+        s.delete(row)
+        events.record(s, "node.rm", f"node {name} removed", node=name)
+
+
+def _get(s: Session, name: str) -> NodeRow:
+    row = s.scalar(select(NodeRow).options(selectinload(NodeRow.gpus)).where(NodeRow.name == name))
+    if row is None:
+        raise NotFound(f"unknown node {name!r}")
+    return row
+
+
+def _check_all_found(asked: list[str] | None, found: list[str]) -> None:
+    missing = sorted(set(asked or ()) - set(found))
+    if missing:
+        raise NotFound(f"unknown node {missing[0]!r}")
+
+
+def _views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
+    """Views of node rows, with occupancy from the allocations."""
+    ids = [r.id for r in rows]
+    allocs = s.execute(
+        select(GpuRow.node_id, GpuRow.index, AllocationRow.job_id, JobRow.gpus, AllocationRow.since)
+        .join(AllocationRow, AllocationRow.gpu_id == GpuRow.id)
+        .join(JobRow, JobRow.id == AllocationRow.job_id)
+        .where(GpuRow.node_id.in_(ids))
+        .order_by(AllocationRow.since, AllocationRow.id)
+    ).all()
+    on_gpu: dict[tuple[int, int], list[int]] = {}
+    first_job: dict[int, int] = {}
+    load: Counter[int] = Counter()
+    for node_id, index, job_id, job_gpus, _ in allocs:
+        on_gpu.setdefault((node_id, index), []).append(job_id)
+        first_job.setdefault(node_id, job_gpus)
+        load[node_id] += 1
+    at = now()
+    out = []
+    for r in rows:
+        total = len(r.gpus)
+        used = sum(1 for g in r.gpus if (r.id, g.index) in on_gpu)
+        kinds = Counter(f"{g.model}-{g.memory_mb // 1024}GB" for g in r.gpus)
+        out.append(
+            NodeView(
+                name=r.name,
+                host=r.host,
+                port=r.port,
+                ssh_user=r.ssh_user,
+                state=_state(r.admin_state, used, total),
+                responding=r.last_seen is not None and at - r.last_seen <= HEARTBEAT_TIMEOUT,
+                gpus_total=total,
+                gpus_used=used,
+                height=load[r.id] / total if total else 0.0,
+                affinity=min(first_job.get(r.id, 0), total),
+                gpu_kinds=",".join(f"{n}x{k}" for k, n in sorted(kinds.items())) or "-",
+                emulated=r.emulated,
+                reason=r.reason,
+                reason_user=r.reason_user,
+                reason_time=r.reason_time,
+                gpus=tuple(
+                    GpuView(
+                        g.index,
+                        g.model,
+                        g.memory_mb,
+                        g.socket,
+                        g.pcie_switch,
+                        g.uuid,
+                        g.emulated,
+                        tuple(on_gpu.get((r.id, g.index), ())),
+                    )
+                    for g in r.gpus
+                )
+                if detail
+                else (),
+            )
+        )
+    return out
+
+
+def _state(admin: str, used: int, total: int) -> str:
+    if admin == "down":
+        return "down"
+    if admin == "drain":
+        return "drng" if used else "drain"
+    if used == 0:
+        return "idle"
+    return "alloc" if used == total else "mix"

@@ -1,0 +1,1 @@
+"""The state store: SQLAlchemy models, engine setup, schema migrations and repository helpers."""

@@ -1,0 +1,80 @@
+"""Connecting to the state store: engine setup and transactions that never hit "database is locked".
+
+SQLite gets WAL mode (readers never block the writer), foreign keys, a busy
+timeout, and write transactions that take the write lock up front with
+``BEGIN IMMEDIATE``: a deferred transaction that reads first and then tries
+to write can fail at once with "database is locked" whatever the timeout,
+because SQLite cannot wait for a lock that would deadlock it. Read-only
+transactions stay deferred, so ``gctl queue`` never waits for a writer.
+PostgreSQL needs none of this and gets plain transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session
+
+BUSY_TIMEOUT_S = 30.0
+"""How long a writer waits for another writer before giving up."""
+
+_WRITE = "gctl_write"
+
+
+class StoreError(Exception):
+    """The store cannot be reached or used (bad URL, missing database, no permission)."""
+
+
+def parse_url(target: str) -> URL:
+    """A database URL from a URL or a plain file path (which means SQLite)."""
+    if "://" not in target:
+        return URL.create("sqlite+pysqlite", database=str(Path(target).expanduser()))
+    try:
+        return make_url(target)
+    except ArgumentError as exc:
+        raise StoreError(f"bad database URL {target!r}: {exc}") from None
+
+
+def make_engine(url: URL) -> Engine:
+    """An engine for ``url`` with gctl's connection settings."""
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event issue BEGIN, so it can choose IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+@contextmanager
+def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
+    """A session in one transaction: committed on success, rolled back on any error.
+
+    ``write=True`` takes SQLite's write lock at the start (see the module
+    docstring); use it for every transaction that may write.
+    """
+    bind = engine.execution_options(**{_WRITE: True}) if write else engine
+    with Session(bind, expire_on_commit=False) as session, session.begin():
+        yield session

@@ -1,0 +1,203 @@
+"""The state store's tables: SQLAlchemy 2 typed models of everything gctl knows.
+
+Nodes and their GPUs (with topology), jobs with their full spec, the GPUs
+each job holds now, every state a job passed through, observed profiles,
+operator intents waiting for the daemon, and the append-only event log that
+``gctl events``, ``gctl why`` and ``gctl watch`` read. Times are stored in
+UTC. No secrets are stored: a node records the *path* of an SSH key, never
+the key.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Double, ForeignKey, Index, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Constraint names Alembic can find again on every backend (SQLite batch mode needs them)."""
+
+
+def now() -> float:
+    """The current time as UTC epoch seconds (the one clock the store uses)."""
+    return time.time()
+
+
+def iso(ts: float | None) -> str | None:
+    """Epoch seconds as an ISO 8601 UTC timestamp, for JSON output."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {float: Double, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class NodeRow(Base):
+    """A GPU server gctl may run jobs on, and the operator's view of it."""
+
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(default=22)
+    ssh_user: Mapped[str | None] = mapped_column(String(255))
+    key_path: Mapped[str | None] = mapped_column(Text)
+    host_key_fingerprint: Mapped[str | None] = mapped_column(String(255))
+    emulated: Mapped[bool] = mapped_column(default=False)
+    admin_state: Mapped[str] = mapped_column(String(16), default="up")
+    reason: Mapped[str | None] = mapped_column(Text)
+    reason_user: Mapped[str | None] = mapped_column(String(255))
+    reason_time: Mapped[float | None]
+    last_seen: Mapped[float | None]
+    created_at: Mapped[float] = mapped_column(default=now)
+
+    gpus: Mapped[list[GpuRow]] = relationship(
+        back_populates="node", cascade="all, delete-orphan", order_by="GpuRow.index"
+    )
+
+
+class GpuRow(Base):
+    """One GPU of a node, with what the topology score table needs."""
+
+    __tablename__ = "gpus"
+    __table_args__ = (UniqueConstraint("node_id", "index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    index: Mapped[int]
+    uuid: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(64))
+    memory_mb: Mapped[int]
+    socket: Mapped[int] = mapped_column(default=0)
+    pcie_switch: Mapped[int] = mapped_column(default=0)
+    numa_node: Mapped[int | None]
+    nvlink_peers: Mapped[list[Any]] = mapped_column(default=list)
+    emulated: Mapped[bool] = mapped_column(default=False)
+
+    node: Mapped[NodeRow] = relationship(back_populates="gpus")
+
+
+class JobRow(Base):
+    """A submitted job: its full spec and where it stands now."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_state_id", "state", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    image: Mapped[str] = mapped_column(Text)
+    command: Mapped[list[Any]] = mapped_column(default=list)
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    mounts: Mapped[list[Any]] = mapped_column(default=list)
+    gpus: Mapped[int]
+    priority: Mapped[str] = mapped_column(String(16), default="normal")
+    job_class: Mapped[str] = mapped_column(String(16), default="production")
+    elastic_min: Mapped[int | None]
+    elastic_max: Mapped[int | None]
+    gpu_mem_mb: Mapped[int | None]
+    datasets: Mapped[list[Any]] = mapped_column(default=list)
+    profile: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), default="PENDING")
+    reason: Mapped[str | None] = mapped_column(Text)
+    held: Mapped[bool] = mapped_column(default=False)
+    submit_time: Mapped[float] = mapped_column(default=now)
+    start_time: Mapped[float | None]
+    end_time: Mapped[float | None]
+    exit_code: Mapped[int | None]
+    restarts: Mapped[int] = mapped_column(default=0)
+
+    allocations: Mapped[list[AllocationRow]] = relationship(
+        back_populates="job", cascade="all, delete-orphan"
+    )
+
+
+class AllocationRow(Base):
+    """A GPU a job holds now, and how (exclusive, packed or time-sliced)."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (UniqueConstraint("job_id", "gpu_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id", ondelete="CASCADE"), index=True)
+    mode: Mapped[str] = mapped_column(String(16), default="exclusive")
+    since: Mapped[float] = mapped_column(default=now)
+
+    job: Mapped[JobRow] = relationship(back_populates="allocations")
+    gpu: Mapped[GpuRow] = relationship()
+
+
+class JobStateRow(Base):
+    """One state a job entered, when and why (its history)."""
+
+    __tablename__ = "job_states"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    at: Mapped[float] = mapped_column(default=now)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class ProfileRow(Base):
+    """An observed profile sample of a running job."""
+
+    __tablename__ = "profiles"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[float] = mapped_column(default=now)
+    gpu_util: Mapped[float]
+    memory_mb: Mapped[int]
+    progress_rate: Mapped[float]
+
+
+class IntentRow(Base):
+    """Something an operator asked for that the daemon carries out (suspend, migrate, ...)."""
+
+    __tablename__ = "intents"
+    __table_args__ = (Index("ix_intents_status_id", "status", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    args: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    user: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    created_at: Mapped[float] = mapped_column(default=now)
+    done_at: Mapped[float | None]
+    result: Mapped[str | None] = mapped_column(Text)
+
+
+class EventRow(Base):
+    """Append-only log entry: who did what, when, and why.
+
+    Job and node are kept by id and name without foreign keys, so the log
+    outlives what it talks about.
+    """
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[float] = mapped_column(default=now, index=True)
+    user: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[int | None] = mapped_column(index=True)
+    node: Mapped[str | None] = mapped_column(String(255), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)

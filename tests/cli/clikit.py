@@ -1,0 +1,25 @@
+"""Run the real ``gctl`` entry point in-process, capturing its output and exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+
+from gctl.cli.main import main
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    """``gctl ARGS...`` as a user runs it: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["gctl", *args]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()

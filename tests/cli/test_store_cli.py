@@ -1,0 +1,257 @@
+"""The operator CLI over a real SQLite store, as a sysadmin runs it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from clikit import run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+@pytest.fixture
+def gdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An initialised SQLite store chosen through $GCTL_DB, with user alice."""
+    db = tmp_path / "gctl.db"
+    monkeypatch.setenv("GCTL_DB", str(db))
+    monkeypatch.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
+    monkeypatch.setenv("GCTL_USER", "alice")
+    code, out, err = run("init")
+    assert code == 0, err
+    assert "created" in out
+    return db
+
+
+def _ok(*args: str) -> str:
+    code, out, err = run(*args)
+    assert code == 0, f"gctl {' '.join(args)}: {err}"
+    return out
+
+
+def _rows(db: Path, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_commands_before_init_say_how_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GCTL_DB", str(tmp_path / "none.db"))
+    code, out, err = run("queue")
+    assert code == 1 and out == ""
+    assert err.strip().endswith("run 'gctl init' first")
+
+
+def test_init_writes_a_starter_config_that_later_commands_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "gctl.toml"
+    monkeypatch.setenv("GCTL_CONFIG", str(cfg))
+    monkeypatch.delenv("GCTL_DB", raising=False)
+    db = tmp_path / "a.db"
+    _ok("--db", str(db), "init")
+    assert str(db) in cfg.read_text()
+    current = json.loads(_ok("db", "current", "--json"))  # no --db: the config file decides
+    assert current["source"] == str(cfg) and current["current"] == current["head"]
+
+
+def test_config_file_typo_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "gctl.toml"
+    cfg.write_text('[store]\nulr = "x.db"\n')
+    monkeypatch.setenv("GCTL_CONFIG", str(cfg))
+    monkeypatch.delenv("GCTL_DB", raising=False)
+    code, _, err = run("queue")
+    assert code == 1 and "unknown key 'ulr'" in err
+
+
+def test_node_lifecycle_with_reasons_like_sinfo(gdb: Path) -> None:
+    _ok("node", "add", "gpu01", "--host", "10.0.0.1", "--emulate-gpus", "4xV100-16GB")
+    _ok("node", "add", "gpu02", "--host", "10.0.0.2", "--emulate-gpus", "8xA100-80GB")
+    listing = json.loads(_ok("node", "ls", "--json"))
+    assert [(n["name"], n["state"], n["gpus_total"]) for n in listing] == [
+        ("gpu01", "idle", 4),
+        ("gpu02", "idle", 8),
+    ]
+    assert not any(n["responding"] for n in listing)  # never contacted
+    assert "idle*" in _ok("node", "ls")
+    reason = "fan failure; `reboot` $(id)"
+    _ok("node", "drain", "gpu01", "--reason", reason)
+    drained = json.loads(_ok("node", "show", "gpu01", "--json"))
+    assert drained["state"] == "drain" and drained["reason"] == reason
+    assert drained["reason_user"] == "alice" and drained["gpus"][0]["emulated"] is True
+    reasons = _ok("node", "ls", "-R")
+    assert reason in reasons and "alice" in reasons and "gpu02" not in reasons
+    _ok("node", "undrain", "gpu01")
+    assert json.loads(_ok("node", "show", "gpu01", "--json"))["reason"] is None
+    code, _, err = run("node", "drain", "gpu01")
+    assert code == 1 and "--reason" in err
+    _ok("node", "rm", "gpu02")
+    assert [n["name"] for n in json.loads(_ok("node", "ls", "--json"))] == ["gpu01"]
+    kinds = [e["kind"] for e in json.loads(_ok("events", "--json"))["events"]]
+    assert kinds == ["node.add", "node.add", "node.drain", "node.undrain", "node.rm"]
+
+
+def test_submit_queue_and_actions(gdb: Path) -> None:
+    first = _ok("submit", "--parsable", "--gpus", "2", "--image", "train:1", "--", "python", "t.py")
+    second = _ok(
+        "submit", "--parsable", "--image", "img", "--elastic", "1:4", "--gpus", "2",
+        "--env", "A=1=2", "--mount", "/data:/data:ro", "--gpu-mem", "8G", "--", "sleep", "9",
+    )  # fmt: skip
+    a, b = int(first), int(second)
+    assert b == a + 1
+    q = json.loads(_ok("queue", "--json"))["jobs"]
+    assert [(j["id"], j["state_code"], j["user"]) for j in q] == [(a, "PD", "alice")] * 1 + [
+        (b, "PD", "alice")
+    ]
+    spec = json.loads(_ok("show", "job", str(b), "--json"))["spec"]
+    assert spec["env"] == {"A": "1=2"} and spec["gpu_mem_mb"] == 8192
+    assert spec["mounts"] == [{"src": "/data", "dst": "/data", "read_only": True}]
+    assert spec["elastic"] == [1, 4]
+    _ok("hold", str(b))
+    assert _ok("queue", "-t", "PD", "-o", "%i %r", "--noheader").splitlines() == [
+        f"{a} None",
+        f"{b} held by alice",
+    ]
+    _ok("release", str(b))
+    assert "cancelled" in _ok("cancel", str(a))
+    assert [j["id"] for j in json.loads(_ok("queue", "--json"))["jobs"]] == [b]
+    done = json.loads(_ok("queue", "-t", "CA", "--json"))["jobs"]
+    assert [(j["id"], j["state"]) for j in done] == [(a, "CANCELLED")]
+    code, _, err = run("suspend", str(b))
+    assert code == 1 and "suspend needs RUNNING" in err
+    code, _, err = run("cancel", str(a))
+    assert code == 1 and "already finished" in err
+
+
+def test_actions_on_running_jobs_become_intents_for_the_daemon(gdb: Path) -> None:
+    _ok("node", "add", "n1", "--host", "h", "--emulate-gpus", "2xV100-16GB")
+    job = int(_ok("submit", "--parsable", "--image", "x", "--", "run"))
+    with sqlite3.connect(gdb) as conn:  # what the daemon will do when it places the job
+        conn.execute("UPDATE jobs SET state='RUNNING' WHERE id=?", (job,))
+        conn.execute(
+            "INSERT INTO allocations (job_id, gpu_id, mode, since)"
+            " VALUES (?, 1, 'exclusive', '2026-01-01')",
+            (job,),
+        )
+    out = _ok("suspend", str(job))
+    assert "recorded for the daemon" in out
+    _ok("migrate", str(job), "--to", "n1:1")
+    code, _, err = run("migrate", str(job), "--to", "n1:7")
+    assert code == 1 and "no GPU '7'" in err
+    code, _, err = run("migrate", str(job), "--to", "nowhere")
+    assert code == 1 and "unknown node 'nowhere'" in err
+    intents = _rows(gdb, "SELECT kind, status, user FROM intents ORDER BY id")
+    assert intents == [("suspend", "pending", "alice"), ("migrate", "pending", "alice")]
+    assert json.loads(_ok("queue", "-w", "n1", "--json"))["jobs"][0]["nodes"] == ["n1"]
+    assert json.loads(_ok("queue", "-w", "other", "--json"))["jobs"] == []
+    assert json.loads(_ok("node", "show", "n1", "--json"))["state"] == "mix"
+    code, _, err = run("node", "rm", "n1")
+    assert code == 1 and "still runs jobs" in err
+
+
+def test_batch_submission_is_all_or_nothing(gdb: Path, tmp_path: Path) -> None:
+    good = tmp_path / "jobs.jsonl"
+    good.write_text(
+        '{"image": "a", "command": ["x"], "gpus": 1}\n'
+        "# comment lines are skipped\n"
+        '{"image": "b", "command": ["y", "z"], "gpus": 2, "priority": "high"}\n'
+    )
+    assert _ok("submit", "-f", str(good)).startswith("Submitted 2 jobs")
+    toml = tmp_path / "jobs.toml"
+    toml.write_text('[[job]]\nimage = "c"\ncommand = ["q"]\ngpus = 1\n')
+    _ok("submit", "-f", str(toml))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"image": "a", "command": ["x"], "gpus": 1}\n{"image": "a", "command": ["x"], "gpu": 1}\n'
+    )
+    code, _, err = run("submit", "-f", str(bad))
+    assert code == 1
+    assert err.strip() == (f"gctl: error: {bad}:2: unknown key 'gpu' (did you mean 'gpus'?)")
+    assert _rows(gdb, "SELECT COUNT(*) FROM jobs") == [(3,)]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["submit", "--gpus", "0", "--image", "x", "--", "a"], "--gpus 0"),
+        (["submit", "--gpus", "-1", "--image", "x", "--", "a"], "--gpus -1"),
+        (["submit", "--gpu-mem", "12Q", "--image", "x", "--", "a"], "--gpu-mem '12Q'"),
+        (["submit", "--mount", "/a", "--image", "x", "--", "a"], "--mount '/a'"),
+        (["submit", "--image", "bad image", "--", "a"], "--image 'bad image'"),
+        (["submit", "--image", "x", "--priority", "urgent", "--", "a"], "--priority 'urgent'"),
+        (["submit", "--image", "x", "--elastic", "3:2", "--", "a"], "--elastic '3:2'"),
+        (["submit", "--image", "x", "--env", "1A=b", "--", "a"], "--env '1A=b'"),
+        (["submit", "--image", "x"], "command"),
+        (["show", "job", "999"], "unknown job 999"),
+        (["node", "show", "ghost"], "unknown node 'ghost'"),
+        (["node", "add", "bad name", "--host", "h"], "node name 'bad name'"),
+        (["node", "add", "n", "--host", "h", "--emulate-gpus", "4xV100"], "--emulate-gpus"),
+        (["queue", "-t", "XX"], "-t 'XX'"),
+        (["queue", "-o", "%i %Z"], "unknown field %Z"),
+    ],
+)
+def test_bad_input_is_one_line_exit_1_and_changes_nothing(
+    gdb: Path, args: list[str], needle: str
+) -> None:
+    _ok("submit", "--image", "keep", "--", "me")
+    before = _rows(gdb, "SELECT * FROM jobs"), _rows(gdb, "SELECT * FROM nodes")
+    code, out, err = run(*args)
+    assert code == 1, (code, err)
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("gctl: error: ")
+    assert needle in err
+    assert (_rows(gdb, "SELECT * FROM jobs"), _rows(gdb, "SELECT * FROM nodes")) == before
+
+
+def test_usage_errors_exit_2(gdb: Path) -> None:
+    assert run("queue", "--bogus")[0] == 2
+    assert run("cancel")[0] == 2
+    assert run("cancel", "abc")[0] == 2
+
+
+TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    flag=st.sampled_from(["--gpu-mem", "--mount", "--env", "--image", "--elastic", "--priority"]),
+    value=TEXT,
+)
+def test_random_flag_values_never_crash_and_never_half_store(
+    gdb: Path, flag: str, value: str
+) -> None:
+    before = _rows(gdb, "SELECT COUNT(*) FROM jobs")[0][0]
+    args = ["submit", "--image", "img", flag, value, "--", "run"]
+    if flag == "--image":
+        args = ["submit", "--image", value, "--", "run"]
+    code, out, err = run(*args)
+    after = _rows(gdb, "SELECT COUNT(*) FROM jobs")[0][0]
+    assert code in (0, 1, 2), err
+    if code == 0:
+        assert after == before + 1 and out.startswith("Submitted job")
+    else:
+        assert after == before
+        if code == 1:
+            assert len(err.strip().splitlines()) == 1 and err.startswith("gctl: error: ")
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(argv=st.lists(TEXT, min_size=1, max_size=5), name=TEXT)
+def test_text_is_stored_byte_for_byte(gdb: Path, argv: list[str], name: str) -> None:
+    clean_name = "".join(c for c in name if ord(c) >= 32 and ord(c) != 127)
+    job = int(_ok("submit", "--parsable", "--image", "i", "--name", clean_name, "--", *argv))
+    shown = json.loads(_ok("show", "job", str(job), "--json"))
+    assert shown["spec"]["command"] == argv
+    assert shown["name"] == (clean_name or argv[0].rsplit("/", 1)[-1])
+    _ok("hold", str(job))
+    events = json.loads(_ok("events", "--job", str(job), "--json"))["events"]
+    assert [e["kind"] for e in events] == ["job.submit", "job.hold"]

@@ -1,0 +1,60 @@
+"""The migrations and the models describe the same schema, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, inspect
+
+from gctl.services import db
+from gctl.services.errors import ServiceError
+from gctl.store import schema
+from gctl.store.models import Base
+
+
+def test_upgrade_creates_every_table_and_matches_the_models(db_url: str) -> None:
+    store = db.connect(db_url)
+    assert db.revision(store) is None
+    before, after = db.upgrade(store)
+    assert (before, after) == (None, schema.head())
+    tables = set(inspect(store.engine).get_table_names())
+    assert set(Base.metadata.tables) <= tables
+    assert schema.differences(store.engine) == []
+    assert db.upgrade(store) == (schema.head(), schema.head())  # idempotent
+
+
+def test_a_model_change_without_a_migration_is_detected(db_url: str) -> None:
+    store = db.connect(db_url)
+    db.upgrade(store)
+    changed = MetaData(naming_convention=Base.metadata.naming_convention)
+    for table in Base.metadata.tables.values():
+        table.to_metadata(changed)
+    changed.tables["nodes"].append_column(Column("rack", Integer, nullable=True))
+    diffs = schema.differences(store.engine, changed)
+    assert any("rack" in repr(d) for d in diffs)
+
+
+def test_commands_refuse_an_uninitialised_or_stale_database(db_url: str) -> None:
+    with pytest.raises(ServiceError, match="run 'gctl init'"):
+        db.open_store(db_url)
+    store = db.connect(db_url)
+    db.upgrade(store)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0000'")
+    with pytest.raises(ServiceError, match="gctl db upgrade"):
+        db.open_store(db_url)
+
+
+def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(tmp_path: Path) -> None:
+    store = db.connect(str(tmp_path / "x.db"))
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
+
+
+def test_head_constant_names_the_newest_migration() -> None:
+    from alembic.script import ScriptDirectory
+
+    assert ScriptDirectory.from_config(schema.alembic_config()).get_current_head() == schema.HEAD
