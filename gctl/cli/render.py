@@ -192,8 +192,6 @@ def _elapsed(job: JobView, now: float) -> str:
 
 
 def _queue_field(job: JobView, code: str, now: float) -> str:
-    nodes = ",".join(job.nodes)
-    reason = job.reason or "None"
     match code:
         case "i":
             return str(job.id)
@@ -212,11 +210,13 @@ def _queue_field(job: JobView, code: str, now: float) -> str:
         case "P":
             return job.priority
         case "N":
-            return nodes
+            return ",".join(job.nodes)
         case "R":
-            return nodes if nodes and job.state != "PENDING" else f"({reason})"
+            if job.nodes and job.state != "PENDING":
+                return ",".join(job.nodes)
+            return f"({job.reason or 'None'})"
         case "r":
-            return reason
+            return job.reason or "None"
         case "V":
             return _when(job.submit_time)
         case "S":
