@@ -26,6 +26,7 @@ STARTER = """\
 [store]
 # SQLite file (the default) or a PostgreSQL server, for example
 # url = "postgresql+psycopg://gctl@dbhost/gctl"
+# Keep passwords out of this file: use ~/.pgpass or $PGPASSWORD.
 url = "{url}"
 """
 

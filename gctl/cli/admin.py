@@ -28,7 +28,7 @@ def init(
     render.message(f"database {store.url} {what} (schema {after}; chosen by {store.source})")
     if not no_config:
         path = config.starter_config_path()
-        if config.write_starter(path, store.url):
+        if config.write_starter(path, store.config_url):
             render.message(f"wrote starter config {path}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
@@ -16,11 +16,17 @@ from gctl.store.engine import StoreError, make_engine, parse_url
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """An opened store: its engine and where the choice of database came from."""
+    """An opened store: its engine and where the choice of database came from.
+
+    ``url`` is for messages (password masked); ``config_url`` is what a
+    config file may hold: the URL without its password, which belongs in
+    ``~/.pgpass`` or ``$PGPASSWORD`` instead.
+    """
 
     engine: Engine
     url: str
     source: str
+    config_url: str
 
 
 def connect(db: str | None = None) -> Store:
@@ -31,7 +37,14 @@ def connect(db: str | None = None) -> Store:
         engine = make_engine(url)
     except (ImportError, _SAError) as exc:
         raise StoreError(f"cannot use database {url.render_as_string()}: {exc}") from None
-    return Store(engine, url.render_as_string(hide_password=True), settings.db_source)
+    return Store(
+        engine,
+        url.render_as_string(hide_password=True),
+        settings.db_source,
+        URL.create(
+            url.drivername, url.username, None, url.host, url.port, url.database, url.query
+        ).render_as_string(hide_password=False),
+    )
 
 
 def open_store(db: str | None = None) -> Store:

@@ -11,6 +11,9 @@ from clikit import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gctl import config
+from gctl.services.db import connect
+
 
 @pytest.fixture
 def gdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -56,6 +59,19 @@ def test_init_writes_a_starter_config_that_later_commands_read(
     assert str(db) in cfg.read_text()
     current = json.loads(_ok("db", "current", "--json"))  # no --db: the config file decides
     assert current["source"] == str(cfg) and current["current"] == current["head"]
+
+
+def test_init_never_writes_a_password_into_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "gctl.toml"
+    monkeypatch.setenv("GCTL_CONFIG", str(cfg))
+    url = "postgresql+psycopg://gctl:s3cret@127.0.0.1:1/gctl"
+    code, _, err = run("--db", url, "init")
+    assert code == 1 and "s3cret" not in err and "***" in err  # nothing listens on port 1
+    assert config.write_starter(cfg, connect(url).config_url)
+    text = cfg.read_text()
+    assert "s3cret" not in text and "gctl@127.0.0.1:1/gctl" in text
 
 
 def test_config_file_typo_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
