@@ -29,7 +29,17 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     ("avg_time_to_first_progress", "avg time to first progress", "duration"),
     ("gpu_utilisation", "GPU utilisation", "percent"),
 )
-_COUNTS = ("places", "suspends", "resumes", "packs", "unpacks", "migrations", "grows", "shrinks")
+_COUNTS = (
+    "places",
+    "suspends",
+    "resumes",
+    "packs",
+    "unpacks",
+    "migrations",
+    "grows",
+    "shrinks",
+    "requeues",
+)
 
 
 def stdout() -> Console:

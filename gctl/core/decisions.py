@@ -91,7 +91,15 @@ class Shrink:
     reason: str
 
 
-Decision = Place | Queue | Suspend | Resume | Pack | Unpack | Migrate | Grow | Shrink
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Checkpoint a running or suspended job and return it to the queue, progress kept."""
+
+    job_id: str
+    reason: str
+
+
+Decision = Place | Queue | Suspend | Resume | Pack | Unpack | Migrate | Grow | Shrink | Requeue
 """Any decision a policy can take."""
 
 MOVES = (Migrate, Grow, Shrink)

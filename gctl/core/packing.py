@@ -64,7 +64,7 @@ def _height_allows(state: ClusterState, src: GroupKey, dst: GroupKey, max_height
     for n, _ in src:
         added[n] = added.get(n, 0) - 1
     return all(
-        state.nodes[n].load + extra <= max_height * state.nodes[n].size
+        state.nodes[n].load + state.nodes[n].free + extra <= max_height * state.nodes[n].size
         for n, extra in added.items()
         if extra > 0
     )

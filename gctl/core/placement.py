@@ -11,7 +11,8 @@ Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
 4. else, when no GPU is free, the lowest node of affinity g is
    oversubscribed: the job joins the GPU set there with the fewest jobs and
    they take turns (never joining a set that holds higher-priority work, and
-   never pushing a node above ``max_height``);
+   never pushing a node above ``max_height``, counting its free GPUs as
+   used, since any job may take them later);
 5. else the job is queued.
 
 Inside a node the job gets the best-connected free GPU set (topology link
@@ -98,7 +99,7 @@ def timeslice_group(
     for ns, key in state.slice_targets(count, priority):
         if ns.affinity != count:
             continue
-        if ns.load + count > max_height * ns.size:
+        if ns.load + ns.free + count > max_height * ns.size:
             # Nodes come by rising height and no node is bigger than max_size,
             # so once even the biggest could not take the job here, none later can.
             if ns.height + count / state.max_size > max_height:

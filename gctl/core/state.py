@@ -23,6 +23,7 @@ from gctl.core.decisions import (
     Pack,
     Place,
     Queue,
+    Requeue,
     Resume,
     Shrink,
     Suspend,
@@ -458,6 +459,13 @@ class ClusterState:
                 self._leave(js)
                 self._join(js, gpus, now)
                 js.resized_at = now
+            case Requeue():
+                if js.status is JobStatus.PENDING:
+                    raise StateError(f"job {js.id} is already pending")
+                self._leave(js)
+                js.status = JobStatus.PENDING
+                js.since = now
+                self._enqueue(js)
         if js.gpus:
             self._touch(js.gpus)
 

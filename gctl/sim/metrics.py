@@ -41,6 +41,7 @@ from gctl.core.decisions import (
     Pack,
     Place,
     Queue,
+    Requeue,
     Resume,
     Shrink,
     Suspend,
@@ -111,6 +112,7 @@ _COUNTER_FIELD: dict[type, str] = {
     Migrate: "migrations",
     Grow: "grows",
     Shrink: "shrinks",
+    Requeue: "requeues",
 }
 
 
@@ -127,6 +129,7 @@ class Counters:
     migrations: int = 0
     grows: int = 0
     shrinks: int = 0
+    requeues: int = 0
 
     def count(self, decision: object) -> None:
         """Add one to the counter for ``decision``'s kind.

@@ -11,7 +11,7 @@ from corekit import gandiva, pcie_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gctl.core.decisions import Decision, Grow, Migrate, Pack, Place, Queue
+from gctl.core.decisions import Decision, Grow, Migrate, Pack, Place, Queue, Requeue
 from gctl.core.model import Cluster, JobSpec, JobStatus, Observed, Priority
 from gctl.core.policies.fifo import FifoPolicy
 from gctl.core.policies.gandiva import GandivaPolicy
@@ -33,10 +33,15 @@ def _gandiva_flat() -> Policy:
     return gandiva(max_height=1.0, grow_idle_period=60.0)
 
 
+def _gandiva_impatient() -> Policy:
+    return gandiva(starvation_limit=60.0)
+
+
 POLICIES: dict[str, Callable[[], Policy]] = {
     "gandiva": _gandiva_default,
     "gandiva-small-height": _gandiva_small,
     "gandiva-height-1": _gandiva_flat,
+    "gandiva-starvation-guard": _gandiva_impatient,
     "fifo": FifoPolicy,
 }
 
@@ -94,6 +99,7 @@ class Run:
     finished: set[str] = field(default_factory=set)
     queued: set[str] = field(default_factory=set)
     seq: int = 0
+    requeues: int = 0
 
     def decided(self, decisions: list[Decision]) -> None:
         for d in decisions:
@@ -101,6 +107,9 @@ class Run:
             if isinstance(d, Queue):
                 assert d.job_id not in self.queued, f"Queue for {d.job_id} repeated"
                 self.queued.add(d.job_id)
+            if isinstance(d, Requeue):
+                self.queued.discard(d.job_id)
+                self.requeues += 1
             if isinstance(d, Place):
                 assert d.gpus == tuple(sorted(d.gpus))
             dst = d.dst if isinstance(d, Migrate) else getattr(d, "gpus", ())
@@ -196,8 +205,8 @@ def check(run: Run, *, after_pass: bool) -> None:
         assert ns.free == ns.size - len(on_node)
         assert (ns.affinity == 0) == (load == 0)
         assert 0 <= ns.affinity <= ns.size
-        assert ns.load <= run.max_height * ns.size + EPS, (
-            f"{name}: load {ns.load} over {run.max_height} x {ns.size}"
+        assert ns.load + ns.free <= run.max_height * ns.size + EPS, (
+            f"{name}: load {ns.load} + free {ns.free} over {run.max_height} x {ns.size}"
         )
         if ns.open:
             total_free += ns.free
@@ -239,7 +248,7 @@ def _live(state: ClusterState, status: JobStatus | None) -> list[str]:
     return sorted(j for j, js in state.jobs.items() if status is None or js.status is status)
 
 
-def run_ops(sizes: list[int], ops: list[tuple[Any, ...]], make: Callable[[], Policy]) -> None:
+def run_ops(sizes: list[int], ops: list[tuple[Any, ...]], make: Callable[[], Policy]) -> Run:
     cluster = Cluster(tuple(pcie_node(f"n{i}", s) for i, s in enumerate(sizes)))
     policy = make()
     run = Run(ClusterState(cluster), policy, _max_height(policy))
@@ -302,6 +311,7 @@ def run_ops(sizes: list[int], ops: list[tuple[Any, ...]], make: Callable[[], Pol
     assert run.finished == run.submitted
     assert state.total_free == sum(sizes)
     assert all(ns.affinity == 0 and ns.load == 0 for ns in state.nodes.values())
+    return run
 
 
 SETTINGS = settings(
@@ -316,6 +326,15 @@ SETTINGS = settings(
 @given(sizes=CLUSTERS, ops=st.lists(OPS, min_size=30, max_size=100))
 def test_state_invariants_hold(kind: str, sizes: list[int], ops: list[tuple[Any, ...]]) -> None:
     run_ops(sizes, ops, POLICIES[kind])
+
+
+def test_the_starvation_variant_does_requeue_and_keeps_every_invariant() -> None:
+    """The checker sees requeues: a 4-GPU job starved behind 1-GPU jobs on full nodes."""
+    fill = [("submit", {"gpus": 1, "priority": Priority.NORMAL})] * 8
+    ops = [*fill, ("schedule",), ("submit", {"gpus": 4, "priority": Priority.NORMAL})]
+    ops += [("schedule",), ("introspect", 150.0), ("schedule",)]
+    run = run_ops([4, 4], ops, _gandiva_impatient)
+    assert run.requeues >= 1
 
 
 def test_invariant_checker_catches_a_corrupted_state() -> None:

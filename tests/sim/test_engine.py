@@ -88,3 +88,25 @@ def test_locality_slows_a_job_spread_over_two_nodes() -> None:
     plain = Simulator(parse_cluster("2x4"), FifoPolicy(), PerfConfig.plain()).run(jobs)
     assert plain.metrics.avg_jct == pytest.approx(1000.0)
     assert spread.metrics.avg_jct > 1000.0 * 1.2
+
+
+def test_a_requeued_job_keeps_its_progress_and_pays_one_restore() -> None:
+    """The starvation guard requeues a small job for a whole-node one; no work is lost."""
+    from gctl.sim import profiles
+
+    day = 86400.0
+    jobs = _jobs([(0, 1, 10 * day), (1, 4, 1000.0)])
+    perf = PerfConfig(locality=False, packing=False, overheads=True, elastic=False)
+    policy = GandivaPolicy(starvation_limit=3600.0)
+    sim = Simulator(parse_cluster("1x4"), policy, perf, tick=60.0)
+    result = sim.run(jobs)
+    assert result.metrics.counts["requeues"] == 1
+    finish = {r.job_id: r.finish for r in sim.records}
+    first = {r.job_id: r.first_run for r in sim.records}
+    started_big = first["j1"]
+    assert started_big is not None and 3601.0 <= started_big <= 3601.0 + 60.0
+    assert finish["j1"] == pytest.approx(started_big + 1000.0)
+    restore = profiles.migration_cost_s("resnet18")
+    assert restore > 0
+    # j0 ran until the big job came, waited 1000 s, then did the rest plus one restore
+    assert finish["j0"] == pytest.approx(10 * day + 1000.0 + restore)

@@ -14,6 +14,7 @@ from gctl.core.decisions import (
     Pack,
     Place,
     Queue,
+    Requeue,
     Resume,
     Shrink,
     Suspend,
@@ -43,6 +44,7 @@ COUNTER_NAMES = [
     "migrations",
     "grows",
     "shrinks",
+    "requeues",
 ]
 
 
@@ -223,6 +225,7 @@ DECISIONS = [
     (Migrate(job_id="j", src=(G0,), dst=(G1,), reason="defragment"), "migrations"),
     (Grow("j", (G0, G1), "idle GPUs"), "grows"),
     (Shrink("j", (G0,), "make room"), "shrinks"),
+    (Requeue("j", "starving job"), "requeues"),
 ]
 
 

@@ -2,8 +2,11 @@
 
 Reactive (:meth:`GandivaPolicy.schedule`, on every submit, finish or node
 change): hand freed time slices on, shrink elastic jobs when queued work
-needs GPUs, place pending jobs by Algorithm 1 (high priority first, then in
-arrival order), then move time-sliced jobs onto GPUs that came free.
+needs GPUs, empty whole nodes for a job starving past the limit
+(:mod:`gctl.core.starvation`), place pending jobs by Algorithm 1 (high
+priority first, then in arrival order), then move time-sliced jobs onto GPUs
+that came free. The starvation check also runs every quantum, so a quiet
+cluster does not leave a starving job waiting for the next event.
 
 Introspective (:meth:`GandivaPolicy.introspect`, every quantum): review
 packs, rotate time slices, pack light waiting jobs, regroup jobs spread over
@@ -17,7 +20,7 @@ import heapq
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gctl.core import elastic, migration, packing, placement, timeslice
+from gctl.core import elastic, migration, packing, placement, starvation, timeslice
 from gctl.core.decisions import Decision
 from gctl.core.policy import PolicyOptionError
 from gctl.core.state import ClusterState
@@ -40,6 +43,8 @@ class GandivaConfig:
     defrag_threshold: int = 2
     elastic: bool = True
     grow_idle_period: float = 600.0
+    starvation_guard: bool = True
+    starvation_limit: float = 259200.0
 
     def __post_init__(self) -> None:
         """Refuse values of the wrong type or outside their range, naming the option."""
@@ -70,6 +75,7 @@ _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
     ("max_moves_per_pass", 0.0, False),
     ("defrag_threshold", 1.0, False),
     ("grow_idle_period", 0.0, False),
+    ("starvation_limit", 0.0, False),
 )
 """(option, lower bound, whether the bound itself is refused)."""
 
@@ -101,11 +107,19 @@ class GandivaPolicy:
             demand = sum(g for (_, g), jobs in state.pending.items() for _ in jobs)
             if demand > state.total_free:
                 out += elastic.shrink(state, now, demand - state.total_free)
+        out += self._unstarve(state, now)
         out += self._place_pending(state, now)
         if cfg.migration:
             out += migration.unslice(state, now)
             out += timeslice.resume_idle_sets(state, now)
         return out
+
+    def _unstarve(self, state: ClusterState, now: float) -> list[Decision]:
+        """Empty whole nodes for the first job that waited past the starvation limit."""
+        if not self.config.starvation_guard or not state.pending:
+            return []
+        starved = starvation.starving(state, now, self.config.starvation_limit)
+        return [] if starved is None else starvation.make_room(state, starved, now)
 
     def _place_pending(self, state: ClusterState, now: float) -> list[Decision]:
         """Algorithm 1 for each pending job, high priority first, then in arrival order.
@@ -141,6 +155,9 @@ class GandivaPolicy:
         """
         cfg = self.config
         out = timeslice.resume_idle_sets(state, now)
+        freed = self._unstarve(state, now)
+        if freed:
+            out += freed + self._place_pending(state, now)
         if cfg.timeslicing:
             out += timeslice.rotate(state, now, cfg.quantum)
         if self._reconsidered is None or now - self._reconsidered >= cfg.reconsider_every:
