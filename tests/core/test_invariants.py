@@ -34,7 +34,7 @@ def _gandiva_flat() -> Policy:
 
 
 def _gandiva_impatient() -> Policy:
-    return gandiva(starvation_limit=60.0)
+    return gandiva(starvation_guard=True, starvation_limit=60.0)
 
 
 POLICIES: dict[str, Callable[[], Policy]] = {

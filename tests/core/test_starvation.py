@@ -14,7 +14,7 @@ DAY = 86400.0
 
 def test_whole_node_job_waits_then_takes_the_least_loaded_node() -> None:
     state = new_state(4, 4)
-    policy = gandiva(starvation_limit=DAY)
+    policy = gandiva(starvation_guard=True, starvation_limit=DAY)
     put(state, "a", "n0", (0, 1))
     put(state, "b", "n0", (2, 3))
     for i in range(4):
@@ -35,7 +35,7 @@ def test_whole_node_job_waits_then_takes_the_least_loaded_node() -> None:
 
 def test_a_job_that_can_time_slice_is_not_a_starvation_case() -> None:
     state = new_state(4)
-    policy = gandiva(starvation_limit=DAY, max_height=1.0)
+    policy = gandiva(starvation_guard=True, starvation_limit=DAY, max_height=1.0)
     put(state, "a", "n0", (0, 1, 2, 3))  # affinity 4: a 4-GPU job may time-slice here
     submit(state, "x", 4, 0.0)
     policy.schedule(state, 0.0)
@@ -45,7 +45,7 @@ def test_a_job_that_can_time_slice_is_not_a_starvation_case() -> None:
 
 def test_higher_priority_work_is_never_displaced() -> None:
     state = new_state(4, 4)
-    policy = gandiva(starvation_limit=DAY)
+    policy = gandiva(starvation_guard=True, starvation_limit=DAY)
     put(state, "h0", "n0", (0,), priority=Priority.HIGH)
     put(state, "h1", "n1", (0,), priority=Priority.HIGH)
     submit(state, "big", 8, 0.0)
@@ -56,7 +56,7 @@ def test_higher_priority_work_is_never_displaced() -> None:
 
 def test_a_job_larger_than_a_node_gets_several_nodes() -> None:
     state = new_state(4, 4, 4)
-    policy = gandiva(starvation_limit=DAY)
+    policy = gandiva(starvation_guard=True, starvation_limit=DAY)
     for i, node in enumerate(("n0", "n1", "n2")):
         put(state, f"s{i}", node, range(i + 1))  # loads 1, 2, 3
     submit(state, "big", 8, 0.0)
@@ -65,9 +65,9 @@ def test_a_job_larger_than_a_node_gets_several_nodes() -> None:
     assert state.jobs["s2"].status is JobStatus.RUNNING  # n2 untouched
 
 
-def test_guard_off_leaves_the_job_waiting() -> None:
+def test_guard_is_off_by_default_and_then_the_job_keeps_waiting() -> None:
     state = new_state(4)
-    policy = gandiva(starvation_guard=False)
+    policy = gandiva()
     put(state, "a", "n0", (0,))
     submit(state, "big", 4, 0.0)
     policy.schedule(state, 30 * DAY)

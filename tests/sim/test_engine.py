@@ -97,7 +97,7 @@ def test_a_requeued_job_keeps_its_progress_and_pays_one_restore() -> None:
     day = 86400.0
     jobs = _jobs([(0, 1, 10 * day), (1, 4, 1000.0)])
     perf = PerfConfig(locality=False, packing=False, overheads=True, elastic=False)
-    policy = GandivaPolicy(starvation_limit=3600.0)
+    policy = GandivaPolicy(starvation_guard=True, starvation_limit=3600.0)
     sim = Simulator(parse_cluster("1x4"), policy, perf, tick=60.0)
     result = sim.run(jobs)
     assert result.metrics.counts["requeues"] == 1

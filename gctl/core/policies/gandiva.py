@@ -3,7 +3,7 @@
 Reactive (:meth:`GandivaPolicy.schedule`, on every submit, finish or node
 change): hand freed time slices on, shrink elastic jobs when queued work
 needs GPUs, empty whole nodes for a job starving past the limit
-(:mod:`gctl.core.starvation`), place pending jobs by Algorithm 1 (high
+(:mod:`gctl.core.starvation`, off by default), place pending jobs by Algorithm 1 (high
 priority first, then in arrival order), then move time-sliced jobs onto GPUs
 that came free. The starvation check also runs every quantum, so a quiet
 cluster does not leave a starving job waiting for the next event.
@@ -43,7 +43,7 @@ class GandivaConfig:
     defrag_threshold: int = 2
     elastic: bool = True
     grow_idle_period: float = 600.0
-    starvation_guard: bool = True
+    starvation_guard: bool = False
     starvation_limit: float = 259200.0
 
     def __post_init__(self) -> None:
