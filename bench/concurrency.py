@@ -28,6 +28,11 @@ from gctl.store.models import JobRow
 SUBMITTERS = 4
 
 
+def _first_line(exc: Exception) -> str:
+    """Every failure is a finding here: keep its type and first line."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
 def _submitter(url: str, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
     store = db.open_store(url)
     req = specs.build(image="bench:1", command=["train"], gpus=1)
@@ -38,7 +43,7 @@ def _submitter(url: str, seconds: float, out: mp.Queue) -> None:  # type: ignore
         try:
             ids += jobs.submit(store, [req])
         except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}".splitlines()[0])
+            errors.append(_first_line(exc))
     out.put(("submit", ids, errors))
 
 
@@ -59,7 +64,7 @@ def _updater(url: str, seconds: float, out: mp.Queue) -> None:  # type: ignore[t
                         jobs.set_state(s, row, state, "benchmark")
                         updates += 1
         except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}".splitlines()[0])
+            errors.append(_first_line(exc))
     out.put(("update", [updates], errors))
 
 

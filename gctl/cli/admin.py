@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from gctl import config
 from gctl.cli import render
-from gctl.cli.context import target
+from gctl.cli.context import JsonOpt, target
 from gctl.services import db
 from gctl.store import schema
 
@@ -27,9 +26,9 @@ def init(
     what = "created" if before is None else ("upgraded" if before != after else "already current")
     render.message(f"database {store.url} {what} (schema {after}; chosen by {store.source})")
     if not no_config:
-        path = config.starter_config_path()
-        if config.write_starter(path, store.config_url):
-            render.message(f"wrote starter config {path}")
+        written = db.write_starter_config(store)
+        if written is not None:
+            render.message(f"wrote starter config {written}")
 
 
 @app.command("upgrade")
@@ -43,7 +42,7 @@ def upgrade(ctx: typer.Context) -> None:
 @app.command("current")
 def current(
     ctx: typer.Context,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Show the database's schema revision and the one this gctl needs."""
     store = db.connect(target(ctx))

@@ -9,13 +9,13 @@ from typing import Annotated
 
 import typer
 
+from gctl.cli import nodes as node_cmds
 from gctl.cli import render
-from gctl.cli.context import store
+from gctl.cli.context import JsonOpt, store
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_duration
-from gctl.services import events, jobs, nodes, specs
+from gctl.services import events, jobs, specs
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 JobArg = Annotated[int, typer.Argument(help="Job id.", min=1)]
 
 show_app = typer.Typer(help="Show one job or node in detail (scontrol show).")
@@ -129,18 +129,7 @@ def show_job(ctx: typer.Context, job_id: JobArg, json_out: JsonOpt = False) -> N
         render.job_detail(detail)
 
 
-@show_app.command("node")
-def show_node(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Node name.")],
-    json_out: JsonOpt = False,
-) -> None:
-    """A node with its GPUs and the jobs on them."""
-    view = nodes.show_node(store(ctx), name)
-    if json_out:
-        render.emit_json(view.to_dict())
-    else:
-        render.node_detail(view)
+show_app.command("node")(node_cmds.show)
 
 
 def _report(results: list[jobs.ActionResult], json_out: bool) -> None:

@@ -7,12 +7,11 @@ from typing import Annotated
 import typer
 
 from gctl.cli import render
-from gctl.cli.context import store
+from gctl.cli.context import JsonOpt, store
 from gctl.services import nodes
 
 app = typer.Typer(help="Register nodes, list them (sinfo-like), drain, down, resume, remove.")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with user, time).")]
 
 

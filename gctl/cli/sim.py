@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from gctl.cli import render
+from gctl.cli.context import JsonOpt
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options, parse_window
 
@@ -49,7 +50,7 @@ def run_cmd(
         float, typer.Option(min=1.0, help="Seconds between introspective passes.")
     ] = 60.0,
     seed: Annotated[int, typer.Option(help="Seed for model and elastic draws.")] = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Simulate POLICY on TRACE and compare it with a baseline, side by side."""
     # Imported here so store commands do not pay for the simulator at start-up.

@@ -102,5 +102,5 @@ class Requeue:
 Decision = Place | Queue | Suspend | Resume | Pack | Unpack | Migrate | Grow | Shrink | Requeue
 """Any decision a policy can take."""
 
-MOVES = (Migrate, Grow, Shrink)
-"""Decisions that restart a job from a checkpoint on another GPU set."""
+MOVES = (Migrate, Grow, Shrink, Requeue)
+"""Decisions that checkpoint a job to restore it elsewhere (at once, or when placed again)."""

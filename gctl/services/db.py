@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import URL, Engine
 from sqlalchemy.exc import OperationalError
@@ -67,6 +68,12 @@ def revision(store: Store) -> str | None:
         return schema.current(store.engine)
     except OperationalError as exc:
         raise StoreError(f"cannot open database {store.url}: {exc.orig}") from None
+
+
+def write_starter_config(store: Store) -> Path | None:
+    """Write a config naming this store where ``gctl init`` keeps it, unless one exists."""
+    path = config.starter_config_path()
+    return path if config.write_starter(path, store.config_url) else None
 
 
 def upgrade(store: Store) -> tuple[str | None, str]:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gctl.core.decisions import Decision, Grow, Migrate, Pack, Requeue, Resume, Shrink, Suspend
+from gctl.core.decisions import MOVES, Decision, Pack, Resume, Suspend
 from gctl.core.model import Cluster, JobStatus, Observed
 from gctl.core.policy import Policy
 from gctl.core.state import ClusterState, GroupKey
@@ -27,7 +27,6 @@ from gctl.sim.metrics import Counters, JobRecord, Metrics, summarize
 from gctl.sim.workload import TraceJob
 
 _ARRIVAL, _FINISH, _TICK = 0, 1, 2
-_MOVES = (Migrate, Grow, Shrink, Requeue)
 _EPS = 1e-9
 
 
@@ -174,7 +173,7 @@ class Simulator:
             kind = type(d)
             if kind is Resume:
                 run.work_left += run.resume_cost
-            elif kind in _MOVES or (kind is Pack and run.key != gpus):
+            elif kind in MOVES or (kind is Pack and run.key != gpus):
                 run.work_left += run.move_cost
             run.stale = True
             touched[d.job_id] = None

@@ -269,15 +269,9 @@ def run_ops(sizes: list[int], ops: list[tuple[Any, ...]], make: Callable[[], Pol
                 run.now += dt
                 run.decided(policy.introspect(state, run.now))
                 after_pass = True
-            case ("finish", k):
-                running = _live(state, JobStatus.RUNNING)
-                if not running:
-                    continue
-                job_id = running[k % len(running)]
-                state.finish(job_id, run.now)
-                run.finished.add(job_id)
-            case ("cancel", k):
-                live = _live(state, None)
+            case (("finish" | "cancel") as what, k):
+                # a job finishes while running; a cancel may hit any live job
+                live = _live(state, JobStatus.RUNNING if what == "finish" else None)
                 if not live:
                     continue
                 job_id = live[k % len(live)]
