@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from gctl.services.db import Store
 from gctl.store.engine import transaction
-from gctl.store.models import EventRow, iso, now
+from gctl.store.models import EventRow, now, utc
 
 
 def current_user() -> str:
@@ -57,10 +57,10 @@ class EventView:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form with stable keys."""
+        """JSON form, stable keys; times as UTC datetimes (``emit_json`` writes ISO 8601)."""
         return {
             "id": self.id,
-            "at": iso(self.at),
+            "at": utc(self.at),
             "user": self.user,
             "kind": self.kind,
             "job_id": self.job_id,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session
 
 from gctl.services import events
@@ -28,8 +28,8 @@ from gctl.store.models import (
     JobRow,
     JobStateRow,
     NodeRow,
-    iso,
     now,
+    utc,
 )
 
 STATE_CODES: dict[str, str] = {
@@ -84,9 +84,9 @@ class JobView:
     submit_time: float
     start_time: float | None
     end_time: float | None
-    nodes: tuple[str, ...]
     reason: str | None
     held: bool
+    nodes: tuple[str, ...]
 
     @property
     def code(self) -> str:
@@ -94,7 +94,7 @@ class JobView:
         return STATE_CODES[self.state]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form with stable keys."""
+        """JSON form, stable keys; times as UTC datetimes (``emit_json`` writes ISO 8601)."""
         return {
             "id": self.id,
             "name": self.name,
@@ -103,10 +103,10 @@ class JobView:
             "state_code": STATE_CODES[self.state],
             "gpus": self.gpus,
             "priority": self.priority,
-            "submit_time": iso(self.submit_time),
-            "start_time": iso(self.start_time),
-            "end_time": iso(self.end_time),
-            "nodes": list(self.nodes),
+            "submit_time": utc(self.submit_time),
+            "start_time": utc(self.start_time),
+            "end_time": utc(self.end_time),
+            "nodes": self.nodes,
             "reason": self.reason,
             "held": self.held,
         }
@@ -123,13 +123,13 @@ class JobDetail:
     intents: tuple[tuple[int, str, str], ...]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form with stable keys."""
+        """JSON form, stable keys; times as UTC datetimes (``emit_json`` writes ISO 8601)."""
         return {
             **self.view.to_dict(),
             "spec": self.spec,
             "allocations": [{"node": n, "gpu": i, "mode": m} for n, i, m in self.allocations],
             "history": [
-                {"at": iso(at), "state": st, "reason": why} for at, st, why in self.history
+                {"at": utc(at), "state": st, "reason": why} for at, st, why in self.history
             ],
             "intents": [{"id": i, "kind": k, "status": st} for i, k, st in self.intents],
         }
@@ -219,22 +219,26 @@ def queue(
     ).where(JobRow.state.in_(sorted(wanted)))
     if users:
         q = q.where(JobRow.user.in_(sorted(users)))
+    if nodes:
+        q = q.where(JobRow.id.in_(_on_nodes(nodes)))
     q = q.order_by(JobRow.id)
     with transaction(store.engine, write=False) as s:
         rows = s.connection().execute(q).all()
         placed = _nodes_of(s, wanted)
     empty: tuple[str, ...] = ()
-    out = []
-    for jid, name, user, state, gpus, prio, submitted, started, ended, reason, held in rows:
-        where = placed.get(jid, empty)
-        if nodes and not nodes.intersection(where):
-            continue
-        out.append(
-            JobView(
-                jid, name, user, state, gpus, prio, submitted, started, ended, where, reason, held
-            )
-        )
-    return out
+    # One comprehension, no per-row branching: this is the hot loop of a
+    # 100,000-job queue.
+    return [JobView(*row, placed.get(row[0], empty)) for row in rows]
+
+
+def _on_nodes(names: set[str]) -> Select[int]:
+    """Ids of the jobs holding GPUs on any of these nodes."""
+    return (
+        select(AllocationRow.job_id)
+        .join(GpuRow, AllocationRow.gpu_id == GpuRow.id)
+        .join(NodeRow, GpuRow.node_id == NodeRow.id)
+        .where(NodeRow.name.in_(sorted(names)))
+    )
 
 
 def _nodes_of(s: Session, states: set[str]) -> dict[int, tuple[str, ...]]:
@@ -307,9 +311,9 @@ def _view(row: JobRow, nodes: tuple[str, ...]) -> JobView:
         row.submit_time,
         row.start_time,
         row.end_time,
-        nodes,
         row.reason,
         row.held,
+        nodes,
     )
 
 

@@ -21,7 +21,7 @@ from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_gpu_kind
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, iso, now
+from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 
 HEARTBEAT_TIMEOUT = 60.0
 """Seconds without an answer after which a node is shown as not responding."""
@@ -84,7 +84,7 @@ class NodeView:
         return self.state + ("" if self.responding else "*")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form with stable keys."""
+        """JSON form, stable keys; times as UTC datetimes (``emit_json`` writes ISO 8601)."""
         return {
             "name": self.name,
             "host": self.host,
@@ -100,7 +100,7 @@ class NodeView:
             "emulated": self.emulated,
             "reason": self.reason,
             "reason_user": self.reason_user,
-            "reason_time": iso(self.reason_time),
+            "reason_time": utc(self.reason_time),
             "gpus": [g.to_dict() for g in self.gpus],
         }
 

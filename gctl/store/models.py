@@ -32,9 +32,9 @@ def now() -> float:
     return time.time()
 
 
-def iso(ts: float | None) -> str | None:
-    """Epoch seconds as an ISO 8601 UTC timestamp, for JSON output."""
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+def utc(ts: float | None) -> datetime | None:
+    """Epoch seconds as an aware UTC datetime, which JSON output writes as ISO 8601."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
 
 
 class Base(DeclarativeBase):

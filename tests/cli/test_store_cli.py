@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -141,6 +143,24 @@ def test_submit_queue_and_actions(gdb: Path) -> None:
     assert code == 1 and "suspend needs RUNNING" in err
     code, _, err = run("cancel", str(a))
     assert code == 1 and "already finished" in err
+
+
+def test_queue_format_widths_and_literals_like_squeue(gdb: Path) -> None:
+    _ok("submit", "--name", "averyveryverylongname", "--image", "i", "--", "run")
+    _ok("submit", "--name", "b", "--gpus", "3", "--image", "i", "--", "run")
+    out = _ok("queue", "-o", "{%.3i}|%6j|%.4b|%5j|%%|%t", "--noheader")
+    assert out.splitlines() == [
+        "{  1}|averyv|   1|avery|%|PD",
+        "{  2}|b     |   3|b    |%|PD",
+    ]
+    header = _ok("queue", "-o", "%.5i %j %T").splitlines()[0]
+    assert header == "JOBID NAME STATE"
+    assert _ok("queue", "-o", "plain text", "--noheader").splitlines() == ["plain text"] * 2
+    code, _, err = run("queue", "-o", "%i %Z")
+    assert code == 1 and "unknown field %Z" in err
+    submitted = json.loads(_ok("queue", "--json"))["jobs"][0]["submit_time"]
+    assert datetime.fromisoformat(submitted).utcoffset() == timedelta(0)
+    assert abs(datetime.fromisoformat(submitted).timestamp() - time.time()) < 60
 
 
 def test_actions_on_running_jobs_become_intents_for_the_daemon(gdb: Path) -> None:
