@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
 from gctl.cli import render
 from gctl.cli.context import JsonOpt, store
+from gctl.cli.errors import UsageError
 from gctl.services import nodes
+from gctl.services.hostops import DEFAULT_WORK_DIR
 
 app = typer.Typer(help="Register nodes, list them (sinfo-like), drain, down, resume, remove.")
 
@@ -19,23 +22,64 @@ ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded w
 def add(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Node name used everywhere in gctl.")],
-    host: Annotated[str, typer.Option(help="Host name or address to reach it over SSH.")],
+    host: Annotated[str, typer.Option(help="Host name, address or ~/.ssh/config alias.")],
     port: Annotated[int, typer.Option(help="SSH port.")] = 22,
     user: Annotated[str | None, typer.Option(help="SSH user.")] = None,
     key: Annotated[str | None, typer.Option(help="Path of the SSH private key.")] = None,
+    host_key_fingerprint: Annotated[
+        str | None,
+        typer.Option(help="The host key's SHA256:... fingerprint, checked beforehand."),
+    ] = None,
     emulate_gpus: Annotated[
         str | None, typer.Option(help="Emulated GPUs instead of real ones, e.g. 4xV100-16GB.")
     ] = None,
+    docker_host: Annotated[
+        str | None, typer.Option(help="Docker engine on the host, if not its default socket.")
+    ] = None,
+    work_dir: Annotated[
+        str | None, typer.Option(help=f"Job directories on the host (default {DEFAULT_WORK_DIR}).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Record a node."""
+    """Record a node, once its SSH host key is confirmed.
+
+    Without --host-key-fingerprint, gctl connects, shows the key the host
+    presents and asks you to confirm it (on a terminal); anywhere else it
+    stops and tells you the fingerprint to check and pass.
+    """
+    fingerprint = host_key_fingerprint or _confirm_host_key(name, host, port, user, key)
     view = nodes.add_node(
-        store(ctx), name, host, port=port, ssh_user=user, key_path=key, emulate_gpus=emulate_gpus
+        store(ctx),
+        name,
+        host,
+        port=port,
+        ssh_user=user,
+        key_path=key,
+        emulate_gpus=emulate_gpus,
+        host_key_fingerprint=fingerprint,
+        docker_host=docker_host,
+        work_dir=work_dir,
     )
     if json_out:
         render.emit_json(view.to_dict())
     else:
         render.message(f"node {view.name} added ({view.gpus_total} GPUs: {view.gpu_kinds})")
+
+
+def _confirm_host_key(name: str, host: str, port: int, user: str | None, key: str | None) -> str:
+    """Show the host's key and return its fingerprint once the operator accepts it."""
+    shown = nodes.scan_host_key(name, host, port=port, ssh_user=user, key_path=key)
+    where = f"{host}:{port}"
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"{name}: {where} presents {shown.key_type} key {shown.fingerprint}; check it on the"
+            f" host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub) and pass"
+            f" --host-key-fingerprint {shown.fingerprint}"
+        )
+    render.message(f"{where} presents a {shown.key_type} host key: {shown.fingerprint}")
+    if not typer.confirm("Is this the host's key (checked on the host itself)?", default=False):
+        raise UsageError(f"{name}: host key not confirmed; nothing recorded")
+    return shown.fingerprint
 
 
 @app.command("ls")
@@ -102,3 +146,24 @@ def rm(
     """Forget a node (refused while jobs hold its GPUs)."""
     nodes.remove_node(store(ctx), name)
     render.message(f"node {name} removed")
+
+
+@app.command("probe")
+def probe_cmd(
+    ctx: typer.Context,
+    names: Annotated[list[str] | None, typer.Argument(help="Only these nodes.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Contact nodes now (all at once): SSH, Docker engine and GPU inventory.
+
+    Exits 1 when any node did not answer; the others are still probed and shown.
+    """
+    from gctl.services import probe  # here: the SSH and Docker stack loads only when used
+
+    views = probe.probe(store(ctx), names)
+    if json_out:
+        render.emit_json([v.to_dict() for v in views])
+    else:
+        render.probe_table(views)
+    if not all(v.responding for v in views):
+        raise typer.Exit(1)

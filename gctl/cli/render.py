@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gctl.services.events import EventView
     from gctl.services.jobs import JobDetail, JobView
     from gctl.services.nodes import NodeView
+    from gctl.services.probe import ProbeView
     from gctl.sim.runner import SimReport
 
 _ROWS: tuple[tuple[str, str, str], ...] = (
@@ -155,6 +156,24 @@ def node_table(nodes: list[NodeView]) -> None:
             str(n.affinity),
             n.gpu_kinds + emulated,
             f"{n.host}:{n.port}",
+        )
+    stdout().print(table, markup=False)
+
+
+def probe_table(views: list[ProbeView]) -> None:
+    """``gctl node probe``: who answered, with what engine and GPUs, or why not."""
+    table = Table(box=None, pad_edge=False)
+    for col in ("NODE", "STATE", "GPUS", "SOURCE", "DOCKER", "TIME", "ERROR"):
+        table.add_column(col)
+    for v in views:
+        table.add_row(
+            v.node.name,
+            v.node.state_flag,
+            v.node.gpu_kinds,
+            v.source,
+            v.docker_version or "-",
+            f"{v.seconds:.2f}s" if v.responding else "-",
+            v.error or "",
         )
     stdout().print(table, markup=False)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
@@ -21,12 +21,17 @@ from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_gpu_kind
 from gctl.store.engine import transaction
+
+if TYPE_CHECKING:
+    from gctl.hosts.ssh import HostKey
+
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 
 HEARTBEAT_TIMEOUT = 60.0
 """Seconds without an answer after which a node is shown as not responding."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _EMULATE = re.compile(r"^(\d{1,2})\s*[xX]\s*(\S+)$")
+_FINGERPRINT = re.compile(r"^SHA256:[A-Za-z0-9+/]{43}$")
 _ADMIN = {"drain": "drain", "undrain": "up", "down": "down", "resume": "up"}
 
 
@@ -76,6 +81,11 @@ class NodeView:
     reason: str | None
     reason_user: str | None
     reason_time: float | None
+    last_seen: float | None
+    last_error: str | None
+    host_key_fingerprint: str | None
+    docker_host: str | None
+    work_dir: str | None
     gpus: tuple[GpuView, ...] = field(default=())
 
     @property
@@ -101,6 +111,11 @@ class NodeView:
             "reason": self.reason,
             "reason_user": self.reason_user,
             "reason_time": utc(self.reason_time),
+            "last_seen": utc(self.last_seen),
+            "last_error": self.last_error,
+            "host_key_fingerprint": self.host_key_fingerprint,
+            "docker_host": self.docker_host,
+            "work_dir": self.work_dir,
             "gpus": [g.to_dict() for g in self.gpus],
         }
 
@@ -145,9 +160,15 @@ def add_node(
     ssh_user: str | None = None,
     key_path: str | None = None,
     emulate_gpus: str | None = None,
+    host_key_fingerprint: str,
+    docker_host: str | None = None,
+    work_dir: str | None = None,
 ) -> NodeView:
-    """Record a new node (its SSH and Docker side comes with the hosts layer)."""
+    """Record a new node with the host key fingerprint the operator confirmed."""
     check_name(name)
+    check_fingerprint(host_key_fingerprint)
+    if work_dir is not None and not work_dir.startswith("/"):
+        raise ServiceError(f"--work-dir {work_dir!r}: give an absolute path on the host")
     if not host or any(c.isspace() or ord(c) < 32 for c in host):
         raise ServiceError(f"--host {host!r}: not a host name or address")
     if not 1 <= port <= 65535:
@@ -162,6 +183,9 @@ def add_node(
             port=port,
             ssh_user=ssh_user,
             key_path=key_path,
+            host_key_fingerprint=host_key_fingerprint,
+            docker_host=docker_host,
+            work_dir=work_dir,
             emulated=bool(gpus),
             gpus=gpus,
         )
@@ -172,15 +196,49 @@ def add_node(
         return _views(s, [row], detail=True)[0]
 
 
-def list_nodes(store: Store, names: list[str] | None = None) -> list[NodeView]:
-    """Every node (or the named ones), by name."""
+def check_fingerprint(text: str) -> str:
+    """An OpenSSH ``SHA256:`` host key fingerprint, as ``ssh-keygen -lf`` prints it."""
+    if not _FINGERPRINT.match(text):
+        raise ServiceError(
+            f"--host-key-fingerprint {text!r}: expected SHA256:<43 base64 characters>,"
+            " as 'ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub' prints on the host"
+        )
+    return text
+
+
+def scan_host_key(
+    name: str,
+    host: str,
+    *,
+    port: int = 22,
+    ssh_user: str | None = None,
+    key_path: str | None = None,
+) -> HostKey:
+    """The SSH host key a host presents, to show the operator before it is trusted."""
+    # Imported here: paramiko costs every other command 0.15 s of start-up.
+    from gctl.hosts.ssh import HostError, Pool, Target
+
+    check_name(name)
+    with Pool() as pool:
+        try:
+            return pool.host_key(
+                Target(node=name, host=host, port=port, user=ssh_user, key_path=key_path)
+            )
+        except HostError as exc:
+            raise ServiceError(str(exc)) from None
+
+
+def list_nodes(
+    store: Store, names: list[str] | None = None, *, detail: bool = False
+) -> list[NodeView]:
+    """Every node (or the named ones), by name; with their GPUs when ``detail``."""
     with transaction(store.engine, write=False) as s:
         q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
         if names:
             q = q.where(NodeRow.name.in_(names))
         rows = list(s.scalars(q))
-        _check_all_found(names, [r.name for r in rows])
-        return _views(s, rows, detail=False)
+        check_all_found(names, [r.name for r in rows])
+        return _views(s, rows, detail=detail)
 
 
 def show_node(store: Store, name: str) -> NodeView:
@@ -234,7 +292,8 @@ def _get(s: Session, name: str) -> NodeRow:
     return row
 
 
-def _check_all_found(asked: list[str] | None, found: list[str]) -> None:
+def check_all_found(asked: list[str] | None, found: list[str]) -> None:
+    """NotFound naming the first asked-for node that is not stored."""
     missing = sorted(set(asked or ()) - set(found))
     if missing:
         raise NotFound(f"unknown node {missing[0]!r}")
@@ -270,7 +329,9 @@ def _views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
                 port=r.port,
                 ssh_user=r.ssh_user,
                 state=_state(r.admin_state, used, total),
-                responding=r.last_seen is not None and at - r.last_seen <= HEARTBEAT_TIMEOUT,
+                responding=r.last_error is None
+                and r.last_seen is not None
+                and at - r.last_seen <= HEARTBEAT_TIMEOUT,
                 gpus_total=total,
                 gpus_used=used,
                 height=load[r.id] / total if total else 0.0,
@@ -280,6 +341,11 @@ def _views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
                 reason=r.reason,
                 reason_user=r.reason_user,
                 reason_time=r.reason_time,
+                last_seen=r.last_seen,
+                last_error=r.last_error,
+                host_key_fingerprint=r.host_key_fingerprint,
+                docker_host=r.docker_host,
+                work_dir=r.work_dir,
                 gpus=tuple(
                     GpuView(
                         g.index,

@@ -56,12 +56,15 @@ class NodeRow(Base):
     ssh_user: Mapped[str | None] = mapped_column(String(255))
     key_path: Mapped[str | None] = mapped_column(Text)
     host_key_fingerprint: Mapped[str | None] = mapped_column(String(255))
+    docker_host: Mapped[str | None] = mapped_column(String(255))
+    work_dir: Mapped[str | None] = mapped_column(Text)
     emulated: Mapped[bool] = mapped_column(default=False)
     admin_state: Mapped[str] = mapped_column(String(16), default="up")
     reason: Mapped[str | None] = mapped_column(Text)
     reason_user: Mapped[str | None] = mapped_column(String(255))
     reason_time: Mapped[float | None]
     last_seen: Mapped[float | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(default=now)
 
     gpus: Mapped[list[GpuRow]] = relationship(
@@ -80,10 +83,12 @@ class GpuRow(Base):
     index: Mapped[int]
     uuid: Mapped[str | None] = mapped_column(String(64))
     model: Mapped[str] = mapped_column(String(64))
+    model_name: Mapped[str | None] = mapped_column(String(128))
     memory_mb: Mapped[int]
     socket: Mapped[int] = mapped_column(default=0)
     pcie_switch: Mapped[int] = mapped_column(default=0)
     numa_node: Mapped[int | None]
+    cpu_affinity: Mapped[str | None] = mapped_column(String(255))
     nvlink_peers: Mapped[list[Any]] = mapped_column(default=list)
     emulated: Mapped[bool] = mapped_column(default=False)
 

@@ -30,6 +30,10 @@ def gdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return db
 
 
+FP = ("--host-key-fingerprint", "SHA256:" + "A" * 43)
+"""A well-formed host key fingerprint: these nodes are recorded, never contacted."""
+
+
 def _ok(*args: str) -> str:
     code, out, err = run(*args)
     assert code == 0, f"gctl {' '.join(args)}: {err}"
@@ -86,8 +90,8 @@ def test_config_file_typo_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_node_lifecycle_with_reasons_like_sinfo(gdb: Path) -> None:
-    _ok("node", "add", "gpu01", "--host", "10.0.0.1", "--emulate-gpus", "4xV100-16GB")
-    _ok("node", "add", "gpu02", "--host", "10.0.0.2", "--emulate-gpus", "8xA100-80GB")
+    _ok("node", "add", "gpu01", "--host", "10.0.0.1", *FP, "--emulate-gpus", "4xV100-16GB")
+    _ok("node", "add", "gpu02", "--host", "10.0.0.2", *FP, "--emulate-gpus", "8xA100-80GB")
     listing = json.loads(_ok("node", "ls", "--json"))
     assert [(n["name"], n["state"], n["gpus_total"]) for n in listing] == [
         ("gpu01", "idle", 4),
@@ -164,7 +168,7 @@ def test_queue_format_widths_and_literals_like_squeue(gdb: Path) -> None:
 
 
 def test_actions_on_running_jobs_become_intents_for_the_daemon(gdb: Path) -> None:
-    _ok("node", "add", "n1", "--host", "h", "--emulate-gpus", "2xV100-16GB")
+    _ok("node", "add", "n1", "--host", "h", *FP, "--emulate-gpus", "2xV100-16GB")
     job = int(_ok("submit", "--parsable", "--image", "x", "--", "run"))
     with sqlite3.connect(gdb) as conn:  # what the daemon will do when it places the job
         conn.execute("UPDATE jobs SET state='RUNNING' WHERE id=?", (job,))
@@ -224,8 +228,9 @@ def test_batch_submission_is_all_or_nothing(gdb: Path, tmp_path: Path) -> None:
         (["submit", "--image", "x"], "command"),
         (["show", "job", "999"], "unknown job 999"),
         (["node", "show", "ghost"], "unknown node 'ghost'"),
-        (["node", "add", "bad name", "--host", "h"], "node name 'bad name'"),
-        (["node", "add", "n", "--host", "h", "--emulate-gpus", "4xV100"], "--emulate-gpus"),
+        (["node", "add", "bad name", "--host", "h", *FP], "node name 'bad name'"),
+        (["node", "add", "n", "--host", "h", *FP, "--emulate-gpus", "4xV100"], "--emulate-gpus"),
+        (["node", "add", "n", "--host", "h", "--host-key-fingerprint", "MD5:aa"], "SHA256:"),
         (["queue", "-t", "XX"], "-t 'XX'"),
         (["queue", "-o", "%i %Z"], "unknown field %Z"),
     ],

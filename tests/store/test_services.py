@@ -11,6 +11,8 @@ from gctl.services.errors import NotFound, ServiceError
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, JobStateRow
 
+FP = "SHA256:" + "A" * 43
+
 
 def _req(gpus: int = 1, **kw: object) -> specs.JobRequest:
     return specs.build(image="train:1", command=["python", "t.py"], gpus=gpus, **kw)  # type: ignore[arg-type]
@@ -18,10 +20,10 @@ def _req(gpus: int = 1, **kw: object) -> specs.JobRequest:
 
 def test_nodes_states_and_reasons(store: db.Store, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GCTL_USER", "ops")
-    nodes.add_node(store, "a1", "10.0.0.1", emulate_gpus="4xA100-80GB")
-    nodes.add_node(store, "a2", "10.0.0.2", emulate_gpus="2xV100-16GB")
+    nodes.add_node(store, "a1", "10.0.0.1", emulate_gpus="4xA100-80GB", host_key_fingerprint=FP)
+    nodes.add_node(store, "a2", "10.0.0.2", emulate_gpus="2xV100-16GB", host_key_fingerprint=FP)
     with pytest.raises(ServiceError, match="already exists"):
-        nodes.add_node(store, "a1", "elsewhere")
+        nodes.add_node(store, "a1", "elsewhere", host_key_fingerprint=FP)
     views = nodes.list_nodes(store)
     assert [(v.name, v.state, v.gpus_total, v.gpu_kinds) for v in views] == [
         ("a1", "idle", 4, "4xA100-80GB"),

@@ -1,0 +1,353 @@
+"""A host's Docker engine, driven with docker-py through the node's pooled SSH connection.
+
+Each HTTP connection to the engine is an SSH channel running ``docker system
+dial-stdio`` on the host (what docker-py's own ``ssh://`` transport does),
+but opened on gctl's pooled, host-key-pinned connection instead of a second
+login. Channels are kept by urllib3's pool, so after the first call an API
+request is one round trip: a pause or unpause costs milliseconds, where
+running the ``docker`` CLI over SSH costs a process start on the host for
+every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+import docker.errors
+import paramiko
+import requests
+import requests.adapters
+import urllib3.connection
+import urllib3.connectionpool
+from docker.constants import MINIMUM_DOCKER_API_VERSION
+from docker.types import DeviceRequest
+
+from gctl.hosts.ssh import HostError, Pool, Target
+
+LABEL_JOB = "gctl.job"
+LABEL_NODE = "gctl.node"
+LABEL_GPUS = "gctl.gpus"
+LABEL_GPU_UUIDS = "gctl.gpu-uuids"
+LABEL_EMULATED = "gctl.emulated"
+LABEL_GPU_MEM = "gctl.gpu-mem-mb"
+JOB_DIR_IN_CONTAINER = "/gctl"
+"""Where the per-job host directory (progress, checkpoints) appears inside the container."""
+
+_BASE_URL = "tcp://docker-engine.gctl.invalid:2375"
+"""A placeholder for docker-py's constructor; replaced by :data:`_SSH_BASE_URL`."""
+_SSH_BASE_URL = "http+docker://ssh"
+"""The base URL docker-py gives its own SSH transport; requests to it go to our adapter."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A host path bound into the container."""
+
+    src: str
+    dst: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """Everything needed to start one job's container on one node."""
+
+    job_id: int
+    attempt: int
+    node: str
+    image: str
+    command: tuple[str, ...]
+    gpu_indices: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    job_dir: str
+    emulated: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    cpuset: str | None = None
+    gpu_mem_mb: int | None = None
+    memory_limit_mb: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The container name: job id and attempt, so a restarted job never clashes."""
+        return f"gctl-{self.job_id}-{self.attempt}"
+
+    def environment(self) -> dict[str, str]:
+        """The job's own env, then what gctl tells every job (gctl's keys win)."""
+        gpus = ",".join(map(str, self.gpu_indices))
+        env = dict(self.env)
+        env.update(
+            {
+                "GCTL_JOB_ID": str(self.job_id),
+                "GCTL_ATTEMPT": str(self.attempt),
+                "GCTL_NODE": self.node,
+                "GCTL_JOB_DIR": JOB_DIR_IN_CONTAINER,
+                "GCTL_GPUS": str(len(self.gpu_indices)),
+                "GCTL_GPU_INDICES": gpus,
+                "GCTL_GPU_UUIDS": ",".join(self.gpu_uuids),
+            }
+        )
+        if self.emulated:
+            env["GCTL_EMULATED_GPUS"] = "1"
+        return env
+
+    def labels(self) -> dict[str, str]:
+        """Labels that let gctl find and recognise its containers on a host."""
+        labels = {
+            LABEL_JOB: str(self.job_id),
+            LABEL_NODE: self.node,
+            LABEL_GPUS: ",".join(map(str, self.gpu_indices)),
+            LABEL_GPU_UUIDS: ",".join(self.gpu_uuids),
+            LABEL_EMULATED: "1" if self.emulated else "0",
+        }
+        if self.gpu_mem_mb is not None:
+            labels[LABEL_GPU_MEM] = str(self.gpu_mem_mb)
+        return labels
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerState:
+    """Where a container stands, from ``docker inspect``."""
+
+    id: str
+    name: str
+    status: str
+    running: bool
+    paused: bool
+    exit_code: int | None
+    oom_killed: bool
+    error: str | None
+    labels: Mapping[str, str]
+
+    @property
+    def job_id(self) -> int | None:
+        """The gctl job the container runs, if it is one of gctl's."""
+        value = self.labels.get(LABEL_JOB)
+        return int(value) if value and value.isdigit() else None
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """GPU indices the container was given."""
+        value = self.labels.get(LABEL_GPUS, "")
+        return tuple(int(p) for p in value.split(",") if p.isdigit())
+
+
+class _ChannelConnection(urllib3.connection.HTTPConnection):
+    """An HTTP connection whose socket is an SSH channel running ``docker system dial-stdio``."""
+
+    def __init__(self, engine: Engine, timeout: Any) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._engine = engine
+
+    def connect(self) -> None:
+        self.sock = self._engine.dial()
+
+
+class _ChannelPool(urllib3.connectionpool.HTTPConnectionPool):
+    def __init__(self, engine: Engine, timeout: float, maxsize: int) -> None:
+        super().__init__("localhost", timeout=timeout, maxsize=maxsize)
+        self._engine = engine
+
+    def _new_conn(self) -> _ChannelConnection:
+        return _ChannelConnection(self._engine, self.timeout.connect_timeout)
+
+
+class _ChannelAdapter(requests.adapters.HTTPAdapter):
+    """Sends every request of a docker-py client through one node's SSH channels."""
+
+    def __init__(self, pool: _ChannelPool) -> None:
+        super().__init__()
+        self._channels = pool
+
+    def get_connection_with_tls_context(
+        self, request: Any, verify: Any, proxies: Any = None, cert: Any = None
+    ) -> _ChannelPool:
+        return self._channels
+
+    def request_url(self, request: Any, proxies: Any) -> str:
+        return str(request.path_url)
+
+    def close(self) -> None:
+        super().close()
+        self._channels.close()
+
+
+class Engine:
+    """One node's Docker engine: start, pause, stop and inspect gctl's job containers."""
+
+    def __init__(
+        self,
+        ssh: Pool,
+        target: Target,
+        *,
+        docker_host: str | None = None,
+        timeout: float = 60.0,
+        max_channels: int = 4,
+    ) -> None:
+        self.ssh = ssh
+        self.target = target
+        self._dial = ["docker", *(["-H", docker_host] if docker_host else []), "system"]
+        self._dial.append("dial-stdio")
+        self._timeout = timeout
+        self._adapter = _ChannelAdapter(_ChannelPool(self, timeout, max_channels))
+        self._client: docker.APIClient | None = None
+
+    @property
+    def node(self) -> str:
+        """The node this engine belongs to."""
+        return self.target.node
+
+    def dial(self) -> paramiko.Channel:
+        """A fresh channel to the engine's API socket (used by the HTTP pool)."""
+        return self.ssh.open(self.target, self._dial, timeout=self._timeout)
+
+    def _new_client(self, version: str) -> docker.APIClient:
+        client = docker.APIClient(base_url=_BASE_URL, version=version, timeout=int(self._timeout))
+        client.trust_env = False  # no HTTP proxy from the environment: nothing leaves SSH
+        # docker-py finds the socket under a streamed response (logs, attach) by
+        # its base URL; this one makes it look for a paramiko channel, which is
+        # what carries every request here.
+        client.base_url = _SSH_BASE_URL
+        client.mount(_SSH_BASE_URL, self._adapter)
+        return client
+
+    @property
+    def api(self) -> docker.APIClient:
+        """The docker-py client, at the API version the engine speaks (asked once)."""
+        if self._client is None:
+            probe = self._new_client(MINIMUM_DOCKER_API_VERSION)
+            version = self._call(lambda: probe.version(api_version=False)["ApiVersion"], "version")
+            self._client = self._new_client(str(version))
+        return self._client
+
+    def _call(self, fn: Any, what: str) -> Any:
+        """Run one docker-py call; its failures become one-line HostErrors."""
+        try:
+            return fn()
+        except docker.errors.NotFound as exc:
+            raise HostError(self.node, f"{what}: no such container") from exc
+        except docker.errors.APIError as exc:
+            raise HostError(self.node, f"{what}: {exc.explanation or exc}") from exc
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise HostError(self.node, f"{what}: Docker engine not reachable: {exc}") from exc
+
+    def info(self) -> dict[str, Any]:
+        """The engine's ``docker info`` (also a liveness check)."""
+        return dict(self._call(lambda: self.api.info(), "docker info"))
+
+    def start(self, spec: ContainerSpec) -> str:
+        """Create and start a job's container; its id.
+
+        The per-job host directory is created first and mounted at ``/gctl``.
+        Real GPUs are requested by UUID from the NVIDIA runtime; emulated GPUs
+        get no device, only the same environment and labels.
+        """
+        mkdir = self.ssh.run(self.target, ["mkdir", "-p", "--", spec.job_dir])
+        if mkdir.rc != 0:
+            raise HostError(self.node, f"mkdir {spec.job_dir}: {mkdir.stderr.decode().strip()}")
+        api = self.api
+        binds: dict[str, Mapping[str, str]] = {
+            m.src: {"bind": m.dst, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts
+        }
+        binds[spec.job_dir] = {"bind": JOB_DIR_IN_CONTAINER, "mode": "rw"}
+        devices = (
+            []
+            if spec.emulated
+            else [
+                DeviceRequest(
+                    driver="nvidia", device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]]
+                )
+            ]
+        )
+        host_config = api.create_host_config(
+            binds=binds,
+            device_requests=devices,
+            cpuset_cpus=spec.cpuset,
+            network_mode="host",
+            mem_limit=f"{spec.memory_limit_mb}m" if spec.memory_limit_mb else None,
+        )
+        created = self._call(
+            lambda: api.create_container(
+                spec.image,
+                command=list(spec.command),
+                name=spec.name,
+                environment=spec.environment(),
+                labels=spec.labels(),
+                host_config=host_config,
+                use_config_proxy=False,
+            ),
+            f"create {spec.name}",
+        )
+        cid = str(created["Id"])
+        self._call(lambda: api.start(cid), f"start {spec.name}")
+        return cid
+
+    def pause(self, cid: str) -> None:
+        """Freeze the container's processes (time slicing); GPU memory stays allocated."""
+        self._call(lambda: self.api.pause(cid), "pause")
+
+    def unpause(self, cid: str) -> None:
+        """Thaw a paused container."""
+        self._call(lambda: self.api.unpause(cid), "unpause")
+
+    def stop(self, cid: str, grace: int = 10) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds."""
+        self._call(lambda: self.api.stop(cid, timeout=grace), "stop")
+
+    def kill(self, cid: str, signal: str = "KILL") -> None:
+        """Send a signal to the container's main process."""
+        self._call(lambda: self.api.kill(cid, signal=signal), f"kill -{signal}")
+
+    def remove(self, cid: str) -> None:
+        """Remove a container, stopping it first if it still runs."""
+        self._call(lambda: self.api.remove_container(cid, force=True), "remove")
+
+    def state(self, cid: str) -> ContainerState:
+        """Status, exit code and OOM kill of one container."""
+        return _state(self._call(lambda: self.api.inspect_container(cid), "inspect"))
+
+    def wait(self, cid: str, timeout: int) -> int:
+        """Block until the container exits; its exit code."""
+        got = self._call(lambda: self.api.wait(cid, timeout=timeout), "wait")
+        return int(got["StatusCode"])
+
+    def logs(self, cid: str, *, follow: bool = False, tail: int | None = None) -> Iterator[bytes]:
+        """The container's output (stdout and stderr), followed while it runs if asked."""
+        stream = self._call(
+            lambda: self.api.logs(
+                cid, stream=True, follow=follow, tail="all" if tail is None else tail
+            ),
+            "logs",
+        )
+        yield from stream
+
+    def owned(self) -> list[ContainerState]:
+        """Every container on the host that gctl started (running or not), for reconcile."""
+        found = self._call(
+            lambda: self.api.containers(all=True, filters={"label": LABEL_JOB}), "list"
+        )
+        return [self.state(str(c["Id"])) for c in found]
+
+    def close(self) -> None:
+        """Close the engine's channels (the SSH connection stays pooled)."""
+        self._adapter.close()
+
+
+def _state(info: Mapping[str, Any]) -> ContainerState:
+    st = info.get("State", {})
+    status = str(st.get("Status", "unknown"))
+    done = status in ("exited", "dead")
+    return ContainerState(
+        id=str(info["Id"]),
+        name=str(info.get("Name", "")).lstrip("/"),
+        status=status,
+        running=bool(st.get("Running")),
+        paused=bool(st.get("Paused")),
+        exit_code=int(st["ExitCode"]) if done and st.get("ExitCode") is not None else None,
+        oom_killed=bool(st.get("OOMKilled")),
+        error=st.get("Error") or None,
+        labels=dict(info.get("Config", {}).get("Labels") or {}),
+    )

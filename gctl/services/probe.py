@@ -1,0 +1,212 @@
+"""``gctl node probe``: ask every node at once whether it answers, and what GPUs it has.
+
+Each node is reached over its pinned SSH connection; its Docker engine must
+answer too. Real nodes run gctl's GPU probe script on the host (NVML, or
+``nvidia-smi`` when the host has no Python NVML) and their GPU rows are
+refreshed from it; nodes with emulated GPUs keep the GPUs they were declared
+with, and say so. A node that does not answer keeps its last inventory and
+gets the error recorded; the others are not held up by it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from gctl.hosts import gpu_probe
+from gctl.hosts.engine import Engine
+from gctl.hosts.ssh import HostError, Pool, Target, fan_out
+from gctl.services import events, hostops, nodes
+from gctl.services.db import Store
+from gctl.store.engine import transaction
+from gctl.store.models import GpuRow, NodeRow, now
+
+_SCRIPT = Path(gpu_probe.__file__).read_bytes()
+"""The probe's own source, sent to the host's ``python3 -``."""
+_NOT_FOUND = 127
+"""The shell's exit status for a command it cannot find."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    name: str
+    target: Target
+    docker_host: str | None
+    emulated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    docker_version: str
+    inventory: dict[str, Any] | None
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeView:
+    """One node's answer to a probe."""
+
+    node: nodes.NodeView
+    responding: bool
+    error: str | None
+    source: str
+    docker_version: str | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form with stable keys."""
+        return {
+            **self.node.to_dict(),
+            "responding": self.responding,
+            "error": self.error,
+            "gpu_source": self.source,
+            "docker_version": self.docker_version,
+            "probe_seconds": round(self.seconds, 3),
+        }
+
+
+def probe(
+    store: Store, names: list[str] | None = None, *, pool: Pool | None = None
+) -> list[ProbeView]:
+    """Probe the named nodes (default: all) concurrently and record what they said."""
+    with transaction(store.engine, write=False) as s:
+        q = select(NodeRow).order_by(NodeRow.name)
+        if names:
+            q = q.where(NodeRow.name.in_(names))
+        rows = list(s.scalars(q))
+        nodes.check_all_found(names, [r.name for r in rows])
+        asks = [_Ask(r.name, hostops.target(r), r.docker_host, r.emulated) for r in rows]
+    own = pool is None
+    ssh = pool or Pool()
+    try:
+        answers = fan_out([a.target for a in asks], lambda t: _ask(ssh, _by_node(asks, t.node)))
+    finally:
+        if own:
+            ssh.close()
+    with transaction(store.engine, write=True) as s:
+        for ask in asks:
+            _record(s, ask, answers[ask.name])
+    views = {v.name: v for v in nodes.list_nodes(store, [a.name for a in asks], detail=True)}
+    out = []
+    for ask in asks:
+        got = answers[ask.name]
+        ok = isinstance(got, _Answer)
+        source = "emulated" if ask.emulated else "unknown"
+        if isinstance(got, _Answer) and got.inventory is not None:
+            source = str(got.inventory.get("source", "unknown"))
+        out.append(
+            ProbeView(
+                node=views[ask.name],
+                responding=ok,
+                error=None if isinstance(got, _Answer) else str(got),
+                source=source,
+                docker_version=got.docker_version if isinstance(got, _Answer) else None,
+                seconds=got.seconds if isinstance(got, _Answer) else 0.0,
+            )
+        )
+    return out
+
+
+def _by_node(asks: list[_Ask], name: str) -> _Ask:
+    return next(a for a in asks if a.name == name)
+
+
+def _ask(pool: Pool, ask: _Ask) -> _Answer:
+    """SSH in, check the Docker engine, and (for real GPUs) run the inventory on the host."""
+    start = time.monotonic()
+    engine = Engine(pool, ask.target, docker_host=ask.docker_host)
+    try:
+        version = str(engine.info().get("ServerVersion", "?"))
+    finally:
+        engine.close()
+    inventory = None if ask.emulated else _inventory(pool, ask.target)
+    return _Answer(version, inventory, time.monotonic() - start)
+
+
+def _inventory(pool: Pool, target: Target) -> dict[str, Any]:
+    """The host's GPUs: the probe script under the host's python3, else nvidia-smi parsed here."""
+    res = pool.run(target, ["python3", "-", "inventory"], stdin=_SCRIPT)
+    if res.rc == _NOT_FOUND:
+        return gpu_probe.inventory(
+            nvml=False, run=lambda argv: _output(pool, target, argv), sys_root=None
+        )
+    if res.rc != 0:
+        raise HostError(target.node, f"GPU probe failed: {res.stderr.decode().strip()[-200:]}")
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError as exc:
+        raise HostError(target.node, f"GPU probe printed no JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise HostError(target.node, "GPU probe printed no JSON object")
+    return dict(doc)
+
+
+def _output(pool: Pool, target: Target, argv: list[str]) -> str:
+    """A command's output on the host, failing the way a local run would for the probe."""
+    res = pool.run(target, argv)
+    if res.rc == _NOT_FOUND:
+        raise FileNotFoundError(argv[0])
+    if res.rc != 0:
+        raise OSError(f"{argv[0]} exited {res.rc}")
+    return res.text
+
+
+def _record(s: Session, ask: _Ask, got: _Answer | HostError) -> None:
+    row = s.scalar(
+        select(NodeRow).options(selectinload(NodeRow.gpus)).where(NodeRow.name == ask.name)
+    )
+    if row is None:  # removed while we probed
+        return
+    if isinstance(got, HostError):
+        if row.last_error is None:
+            events.record(s, "node.unreachable", str(got), node=row.name)
+        row.last_error = str(got)
+        return
+    if row.last_error is not None:
+        events.record(s, "node.reachable", f"node {row.name} answers again", node=row.name)
+    row.last_seen = now()
+    row.last_error = None
+    if got.inventory is not None and _refresh_gpus(row, got.inventory):
+        events.record(
+            s, "node.inventory", f"node {row.name}: {len(row.gpus)} GPU(s) found", node=row.name
+        )
+
+
+def _refresh_gpus(row: NodeRow, inventory: dict[str, Any]) -> bool:
+    """Bring a real node's GPU rows in line with its inventory; whether anything changed."""
+    found = {int(r["index"]): r for r in gpu_probe.gpu_records(inventory)}
+    changed = False
+    by_index = {g.index: g for g in row.gpus}
+    for index, rec in found.items():
+        gpu = by_index.get(index)
+        if gpu is None:
+            gpu = GpuRow(index=index, model=str(rec["model"]), memory_mb=int(rec["memory_mb"]))
+            row.gpus.append(gpu)
+            changed = True
+        values = {
+            "uuid": rec.get("uuid"),
+            "model": str(rec["model"]),
+            "model_name": rec.get("model_name"),
+            "memory_mb": int(rec["memory_mb"]),
+            "numa_node": rec.get("numa_node"),
+            "cpu_affinity": rec.get("cpu_affinity"),
+            "socket": int(rec.get("socket") or 0),
+            "pcie_switch": int(rec.get("pcie_switch") or 0),
+            "nvlink_peers": [list(p) for p in rec.get("nvlink_peers", [])],
+            "emulated": False,
+        }
+        for key, value in values.items():
+            if getattr(gpu, key) != value:
+                setattr(gpu, key, value)
+                changed = True
+    for index, gpu in by_index.items():
+        if index not in found:
+            row.gpus.remove(gpu)
+            changed = True
+    return changed

@@ -1,0 +1,60 @@
+"""Host fixtures: real sshd + dockerd test hosts on this machine, from scripts/testhosts.sh.
+
+The hosts start once per test session (the first start installs Debian's
+openssh-server and docker.io when missing and builds the job image) and stop
+at the end. Each test gets a fresh SQLite store with the hosts recorded as
+nodes with emulated GPUs, their host keys pinned from what the script read
+off the hosts' key files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testhosts
+
+from gctl.hosts.ssh import Pool
+from gctl.services import db, nodes
+
+
+@pytest.fixture(scope="session")
+def hosts() -> Iterator[dict[str, Any]]:
+    """The running test hosts, as ``testhosts.sh env`` describes them."""
+    info = testhosts.start(2)
+    try:
+        yield info
+    finally:
+        testhosts.stop()
+
+
+@pytest.fixture
+def host_store(hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> db.Store:
+    """A store (also $GCTL_DB) with every test host as a node: 2 emulated V100s each."""
+    url = str(tmp_path / "gctl.db")
+    monkeypatch.setenv("GCTL_DB", url)
+    monkeypatch.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
+    store = db.connect(url)
+    db.upgrade(store)
+    for h in testhosts.env()["hosts"]:  # fresh: a test may have rekeyed a host
+        nodes.add_node(
+            store,
+            h["name"],
+            h["host"],
+            port=h["port"],
+            ssh_user=h["user"],
+            key_path=hosts["key"],
+            emulate_gpus="2xV100-16GB",
+            host_key_fingerprint=h["fingerprint"],
+            work_dir=h["work_dir"],
+        )
+    return store
+
+
+@pytest.fixture
+def pool() -> Iterator[Pool]:
+    """An SSH pool with short timeouts, closed after the test."""
+    with Pool(connect_timeout=5.0, command_timeout=30.0, ssh_config=Path("/nonexistent")) as p:
+        yield p

@@ -1,0 +1,212 @@
+"""The hosts layer end to end on real sshd + dockerd test hosts: what issue 4 says must hold."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import testhosts
+from clikit import run
+from sqlalchemy import select
+
+from gctl.hosts.engine import ContainerSpec, Engine
+from gctl.hosts.ssh import HostKeyMismatch, Pool
+from gctl.services import db, hostops
+from gctl.store.engine import transaction
+from gctl.store.models import NodeRow
+
+IMAGE = "gctl-test/train:1"
+TRAIN = ("python3", "/opt/gctl/train.py")
+
+
+def _engine(store: db.Store, pool: Pool, name: str) -> tuple[Engine, str]:
+    """A node's engine and the job directory root, read from the store as the daemon will."""
+    with transaction(store.engine, write=False) as s:
+        row = s.scalars(select(NodeRow).where(NodeRow.name == name)).one()
+        return hostops.engine(pool, row), hostops.job_dir(row, 0).rsplit("/", 1)[0]
+
+
+def _spec(
+    node: str, jobs_root: str, job_id: int, gpus: tuple[int, ...], *cmd: str, **kw: Any
+) -> ContainerSpec:
+    return ContainerSpec(
+        job_id=job_id,
+        attempt=0,
+        node=node,
+        image=IMAGE,
+        command=cmd,
+        gpu_indices=gpus,
+        gpu_uuids=tuple(f"GPU-emulated-{node}-{i}" for i in gpus),
+        job_dir=f"{jobs_root}/{job_id}",
+        emulated=True,
+        **kw,
+    )
+
+
+def _wait_for(what: str, check: Any, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _step(pool: Pool, engine: Engine, job_dir: str) -> int:
+    res = pool.run(engine.target, ["cat", f"{job_dir}/progress.json"])
+    return int(json.loads(res.stdout)["step"]) if res.rc == 0 else -1
+
+
+def test_probe_reports_both_emulated_nodes(host_store: db.Store) -> None:
+    code, out, err = run("node", "probe", "--json")
+    assert code == 0, err
+    got = {n["name"]: n for n in json.loads(out)}
+    assert set(got) == {"h1", "h2"}
+    for n in got.values():
+        assert n["responding"] and n["error"] is None
+        assert n["gpu_source"] == "emulated"
+        assert n["docker_version"]
+        assert [g["emulated"] for g in n["gpus"]] == [True, True]
+    code, out, _ = run("node", "ls")
+    assert code == 0 and "*" not in out and "(emulated)" in out
+
+
+def test_container_lifecycle_on_given_gpus(host_store: db.Store, pool: Pool) -> None:
+    started = []
+    for node, gpus, job in (("h1", (1,), 11), ("h2", (0, 1), 12)):
+        engine, root = _engine(host_store, pool, node)
+        spec = _spec(node, root, job, gpus, *TRAIN, "--steps", "100000", "--step-time", "0.02")
+        cid = engine.start(spec)
+        started.append((engine, cid, spec))
+    for engine, cid, spec in started:
+        st = engine.state(cid)
+        assert st.running and st.job_id == spec.job_id and st.gpu_indices == spec.gpu_indices
+        _wait_for("progress", lambda e=engine, s=spec: _step(pool, e, s.job_dir) > 2)
+        assert b"step " in b"".join(engine.logs(cid, tail=5))
+
+    engine, cid, spec = started[0]
+    engine.pause(cid)
+    assert engine.state(cid).paused
+    frozen = _step(pool, engine, spec.job_dir)
+    time.sleep(0.5)
+    assert _step(pool, engine, spec.job_dir) == frozen  # no progress while paused
+    engine.unpause(cid)
+    _wait_for("progress after unpause", lambda: _step(pool, engine, spec.job_dir) > frozen)
+
+    for engine, cid, spec in started:
+        engine.stop(cid, grace=10)
+        st = engine.state(cid)
+        assert st.status == "exited" and st.exit_code == 0  # SIGTERM: checkpoint, exit 0
+        ckpt = pool.run(engine.target, ["cat", f"{spec.job_dir}/checkpoint.json"])
+        assert ckpt.rc == 0 and json.loads(ckpt.stdout)["step"] > 0
+        engine.remove(cid)
+
+
+def test_exit_code_and_oom_are_seen(host_store: db.Store, pool: Pool) -> None:
+    engine, root = _engine(host_store, pool, "h1")
+    failing = engine.start(
+        _spec("h1", root, 21, (0,), *TRAIN, "--steps", "9", "--fail-at", "2", "--step-time", "0")
+    )
+    assert engine.wait(failing, timeout=30) == 3
+    st = engine.state(failing)
+    assert st.exit_code == 3 and not st.oom_killed
+    hog = engine.start(
+        _spec(
+            "h1",
+            root,
+            22,
+            (1,),
+            *TRAIN,
+            "--alloc-mb",
+            "256",
+            "--step-time",
+            "0",
+            memory_limit_mb=64,
+        )
+    )
+    engine.wait(hog, timeout=30)
+    assert engine.state(hog).oom_killed
+    owned = {c.job_id for c in engine.owned()}
+    assert {21, 22} <= owned
+    other, _ = _engine(host_store, pool, "h2")
+    assert not {21, 22} & {c.job_id for c in other.owned()}  # each host has its own engine
+    for cid in (failing, hog):
+        engine.remove(cid)
+
+
+TRICKY = [
+    'it\'s "quoted"',
+    "$(touch /tmp/pwned) `id` ; rm -rf / && echo no",
+    "line one\nline two\t\\n",
+    "${HOME} * ? [a] ~ | > < &",
+]
+
+
+def test_text_arrives_byte_for_byte(host_store: db.Store, pool: Pool) -> None:
+    engine, root = _engine(host_store, pool, "h2")
+    show = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': os.environ['X']}))"
+    spec = _spec(
+        "h2", root, 31, (0,), "python3", "-c", show, *TRICKY, env={"X": TRICKY[1] + TRICKY[2]}
+    )
+    cid = engine.start(spec)
+    assert engine.wait(cid, timeout=30) == 0
+    out = json.loads(b"".join(engine.logs(cid)))
+    assert out == {"argv": TRICKY, "env": TRICKY[1] + TRICKY[2]}
+    assert engine.state(cid).name == "gctl-31-0"
+    engine.remove(cid)
+    echo = pool.run(engine.target, ["printf", "%s\n", *TRICKY])
+    assert echo.rc == 0 and echo.stdout.decode() == "".join(t + "\n" for t in TRICKY)
+
+
+def test_stopped_sshd_is_reported_while_the_other_host_works(host_store: db.Store) -> None:
+    testhosts.ssh_stop("h2")
+    try:
+        start = time.monotonic()
+        code, out, _ = run("node", "probe", "--json")
+        took = time.monotonic() - start
+        assert code == 1
+        got = {n["name"]: n for n in json.loads(out)}
+        assert got["h1"]["responding"] and got["h1"]["error"] is None
+        assert not got["h2"]["responding"]
+        assert "h2: cannot reach 127.0.2.2:2222" in got["h2"]["error"]
+        assert took < 15
+        code, out, _ = run("node", "ls")
+        line = next(ln for ln in out.splitlines() if ln.startswith("h2"))
+        assert "*" in line
+    finally:
+        testhosts.ssh_start("h2")
+    code, out, err = run("node", "probe", "h2", "--json")
+    assert code == 0, err
+
+
+def test_changed_host_key_is_refused(host_store: db.Store, pool: Pool) -> None:
+    engine, _ = _engine(host_store, pool, "h1")
+    assert pool.run(engine.target, ["true"]).rc == 0
+    old = engine.target.fingerprint
+    pool.close()
+    testhosts.rekey("h1")
+    new = next(h["fingerprint"] for h in testhosts.env()["hosts"] if h["name"] == "h1")
+    with pytest.raises(HostKeyMismatch) as refused:
+        pool.run(engine.target, ["true"])
+    assert refused.value.expected == old and refused.value.got == new
+    code, out, _ = run("node", "probe", "h1", "--json")
+    assert code == 1
+    error = json.loads(out)[0]["error"]
+    assert "HOST KEY CHANGED" in error and str(old) in error and new in error
+
+
+def test_unknown_host_key_is_shown_and_not_recorded(
+    host_store: db.Store, hosts: dict[str, Any]
+) -> None:
+    h2 = next(h for h in testhosts.env()["hosts"] if h["name"] == "h2")
+    code, _, err = run(
+        "node", "add", "again", "--host", h2["host"], "--port", str(h2["port"]), "--user", "root",
+        "--key", hosts["key"],
+    )  # fmt: skip
+    assert code == 1
+    assert h2["fingerprint"] in err and "--host-key-fingerprint" in err
+    code, _, err = run("node", "show", "again")
+    assert code == 1 and "unknown node" in err
