@@ -11,7 +11,7 @@ from gctl.cli import render
 from gctl.cli.context import JsonOpt, store
 from gctl.cli.errors import UsageError
 from gctl.services import nodes
-from gctl.services.hostops import DEFAULT_WORK_DIR
+from gctl.services.nodes import DEFAULT_WORK_DIR
 
 app = typer.Typer(help="Register nodes, list them (sinfo-like), drain, down, resume, remove.")
 
@@ -166,4 +166,25 @@ def probe_cmd(
     else:
         render.probe_table(views)
     if not all(v.responding for v in views):
+        raise typer.Exit(1)
+
+
+@app.command("top")
+def top(
+    ctx: typer.Context,
+    names: Annotated[list[str] | None, typer.Argument(help="Only these nodes.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """GPU use now, per GPU and per job, on every node at once (emulated figures marked).
+
+    Exits 1 when any node did not answer; the others are still shown.
+    """
+    from gctl.services import telemetry  # here: the SSH and Docker stack loads only when used
+
+    samples = telemetry.sample(store(ctx), names)
+    if json_out:
+        render.emit_json([s.to_dict() for s in samples])
+    else:
+        render.top(samples)
+    if any(s.error for s in samples):
         raise typer.Exit(1)

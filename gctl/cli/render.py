@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gctl.services.jobs import JobDetail, JobView
     from gctl.services.nodes import NodeView
     from gctl.services.probe import ProbeView
+    from gctl.services.telemetry import NodeSample
     from gctl.sim.runner import SimReport
 
 _ROWS: tuple[tuple[str, str, str], ...] = (
@@ -178,6 +179,50 @@ def probe_table(views: list[ProbeView]) -> None:
     stdout().print(table, markup=False)
 
 
+def top(samples: list[NodeSample]) -> None:
+    """``gctl node top``: a row per GPU, then a row per job, nvitop-style."""
+    gpus = Table(box=None, pad_edge=False)
+    for col in ("NODE", "GPU", "MODEL", "UTIL", "MEMORY", "JOBS"):
+        gpus.add_column(col)
+    jobs = Table(box=None, pad_edge=False)
+    for col in ("JOBID", "NODE", "GPUS", "STATUS", "UTIL", "MEMORY", "CONTAINER"):
+        jobs.add_column(col)
+    for s in samples:
+        if s.error:
+            gpus.add_row(s.node, "-", "not responding", "-", "-", s.error)
+            continue
+        for g in s.gpus:
+            mark = " (emulated)" if g.emulated else ""
+            used = "-" if g.memory_used_mb is None else str(g.memory_used_mb)
+            gpus.add_row(
+                s.node,
+                str(g.index),
+                g.model + mark,
+                _percent(g.util_percent),
+                f"{used}/{g.memory_total_mb} MiB",
+                ",".join(map(str, g.jobs)) or "-",
+            )
+        for j in s.jobs:
+            mark = " (emulated)" if j.emulated else ""
+            jobs.add_row(
+                str(j.job_id),
+                s.node,
+                ",".join(map(str, j.gpus)),
+                j.status,
+                _percent(j.util_percent) + mark,
+                "-" if j.memory_mb is None else f"{j.memory_mb} MiB",
+                j.container,
+            )
+    stdout().print(gpus, markup=False)
+    if jobs.row_count:
+        print()
+        stdout().print(jobs, markup=False)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
 def reasons_table(nodes: list[NodeView]) -> None:
     """``gctl node ls -R``: why nodes are drained or down, like ``sinfo -R``."""
     table = Table(box=None, pad_edge=False)
@@ -195,14 +240,24 @@ def node_detail(n: NodeView) -> None:
     print(f"   GPUs={n.gpus_used}/{n.gpus_total} Height={n.height:.2f} Affinity={n.affinity}")
     if n.reason:
         print(f"   Reason={n.reason} [{n.reason_user}@{_when(n.reason_time)}]")
+    print(f"   HostKey={n.host_key_fingerprint or '-'} LastSeen={_when(n.last_seen)}")
+    print(f"   DockerHost={n.docker_host or 'default'} WorkDir={n.work_dir}")
+    if n.last_error:
+        print(f"   LastError={n.last_error}")
     table = Table(box=None, pad_edge=False)
-    for col in ("GPU", "MODEL", "MEMORY", "SOCKET", "PCIE", "JOBS"):
+    for col in ("GPU", "MODEL", "MEMORY", "SOCKET", "PCIE", "UUID", "JOBS"):
         table.add_column(col)
     for g in n.gpus:
         model = g.model + (" (emulated)" if g.emulated else "")
         jobs = ",".join(map(str, g.jobs)) or "-"
         table.add_row(
-            str(g.index), model, f"{g.memory_mb} MiB", str(g.socket), str(g.pcie_switch), jobs
+            str(g.index),
+            model,
+            f"{g.memory_mb} MiB",
+            str(g.socket),
+            str(g.pcie_switch),
+            g.uuid or "-",
+            jobs,
         )
     stdout().print(table, markup=False)
 

@@ -1,13 +1,21 @@
-"""Reaching stored nodes: SSH targets and Docker engines built from what the store records."""
+"""Reaching stored nodes: SSH targets, Docker engines and the GPU script, from the store."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+from gctl.hosts import gpu_probe
 from gctl.hosts.engine import Engine
-from gctl.hosts.ssh import Pool, Target
+from gctl.hosts.ssh import HostError, Pool, Target
+from gctl.services.nodes import DEFAULT_WORK_DIR
 from gctl.store.models import NodeRow
 
-DEFAULT_WORK_DIR = "/var/lib/gctl"
-"""Where job directories live on a host unless the node says otherwise."""
+_SCRIPT = Path(gpu_probe.__file__).read_bytes()
+"""The GPU probe's own source, sent to the host's ``python3 -``."""
+_NOT_FOUND = 127
+"""The shell's exit status for a command it cannot find."""
 
 
 def target(row: NodeRow) -> Target:
@@ -30,3 +38,35 @@ def engine(pool: Pool, row: NodeRow) -> Engine:
 def job_dir(row: NodeRow, job_id: int) -> str:
     """A job's directory on a node's host (progress and checkpoints, kept across restarts)."""
     return f"{row.work_dir or DEFAULT_WORK_DIR}/jobs/{job_id}"
+
+
+def gpu_script(pool: Pool, target: Target, mode: str) -> dict[str, Any]:
+    """The host's GPU ``inventory`` or ``telemetry``.
+
+    gctl's probe script runs under the host's ``python3`` (NVML there, else
+    ``nvidia-smi``); a host without Python gets ``nvidia-smi`` run over SSH and
+    parsed here.
+    """
+    res = pool.run(target, ["python3", "-", mode], stdin=_SCRIPT)
+    if res.rc == _NOT_FOUND:
+        remote = {"inventory": gpu_probe.inventory, "telemetry": gpu_probe.telemetry}[mode]
+        return remote(False, lambda argv: _output(pool, target, argv), None)
+    if res.rc != 0:
+        raise HostError(target.node, f"GPU {mode} failed: {res.stderr.decode().strip()[-200:]}")
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError as exc:
+        raise HostError(target.node, f"GPU {mode} printed no JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise HostError(target.node, f"GPU {mode} printed no JSON object")
+    return dict(doc)
+
+
+def _output(pool: Pool, target: Target, argv: list[str]) -> str:
+    """A command's output on the host, failing the way a local run would for the probe."""
+    res = pool.run(target, argv)
+    if res.rc == _NOT_FOUND:
+        raise FileNotFoundError(argv[0])
+    if res.rc != 0:
+        raise OSError(f"{argv[0]} exited {res.rc}")
+    return res.text

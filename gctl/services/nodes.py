@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 
+DEFAULT_WORK_DIR = "/var/lib/gctl"
+"""Where job directories live on a host unless the node says otherwise."""
 HEARTBEAT_TIMEOUT = 60.0
 """Seconds without an answer after which a node is shown as not responding."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -85,7 +87,7 @@ class NodeView:
     last_error: str | None
     host_key_fingerprint: str | None
     docker_host: str | None
-    work_dir: str | None
+    work_dir: str
     gpus: tuple[GpuView, ...] = field(default=())
 
     @property
@@ -345,7 +347,7 @@ def _views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
                 last_error=r.last_error,
                 host_key_fingerprint=r.host_key_fingerprint,
                 docker_host=r.docker_host,
-                work_dir=r.work_dir,
+                work_dir=r.work_dir or DEFAULT_WORK_DIR,
                 gpus=tuple(
                     GpuView(
                         g.index,

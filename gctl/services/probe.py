@@ -10,10 +10,8 @@ gets the error recorded; the others are not held up by it.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -26,11 +24,6 @@ from gctl.services import events, hostops, nodes
 from gctl.services.db import Store
 from gctl.store.engine import transaction
 from gctl.store.models import GpuRow, NodeRow, now
-
-_SCRIPT = Path(gpu_probe.__file__).read_bytes()
-"""The probe's own source, sent to the host's ``python3 -``."""
-_NOT_FOUND = 127
-"""The shell's exit status for a command it cannot find."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,36 +118,8 @@ def _ask(pool: Pool, ask: _Ask) -> _Answer:
         version = str(engine.info().get("ServerVersion", "?"))
     finally:
         engine.close()
-    inventory = None if ask.emulated else _inventory(pool, ask.target)
+    inventory = None if ask.emulated else hostops.gpu_script(pool, ask.target, "inventory")
     return _Answer(version, inventory, time.monotonic() - start)
-
-
-def _inventory(pool: Pool, target: Target) -> dict[str, Any]:
-    """The host's GPUs: the probe script under the host's python3, else nvidia-smi parsed here."""
-    res = pool.run(target, ["python3", "-", "inventory"], stdin=_SCRIPT)
-    if res.rc == _NOT_FOUND:
-        return gpu_probe.inventory(
-            nvml=False, run=lambda argv: _output(pool, target, argv), sys_root=None
-        )
-    if res.rc != 0:
-        raise HostError(target.node, f"GPU probe failed: {res.stderr.decode().strip()[-200:]}")
-    try:
-        doc = json.loads(res.stdout)
-    except ValueError as exc:
-        raise HostError(target.node, f"GPU probe printed no JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise HostError(target.node, "GPU probe printed no JSON object")
-    return dict(doc)
-
-
-def _output(pool: Pool, target: Target, argv: list[str]) -> str:
-    """A command's output on the host, failing the way a local run would for the probe."""
-    res = pool.run(target, argv)
-    if res.rc == _NOT_FOUND:
-        raise FileNotFoundError(argv[0])
-    if res.rc != 0:
-        raise OSError(f"{argv[0]} exited {res.rc}")
-    return res.text
 
 
 def _record(s: Session, ask: _Ask, got: _Answer | HostError) -> None:

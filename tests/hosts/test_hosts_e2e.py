@@ -72,6 +72,9 @@ def test_probe_reports_both_emulated_nodes(host_store: db.Store) -> None:
         assert [g["emulated"] for g in n["gpus"]] == [True, True]
     code, out, _ = run("node", "ls")
     assert code == 0 and "*" not in out and "(emulated)" in out
+    code, out, _ = run("node", "show", "h1")
+    assert code == 0 and f"HostKey={got['h1']['host_key_fingerprint']}" in out
+    assert "LastSeen=-" not in out and "LastError" not in out
 
 
 def test_container_lifecycle_on_given_gpus(host_store: db.Store, pool: Pool) -> None:
@@ -210,3 +213,34 @@ def test_unknown_host_key_is_shown_and_not_recorded(
     assert h2["fingerprint"] in err and "--host-key-fingerprint" in err
     code, _, err = run("node", "show", "again")
     assert code == 1 and "unknown node" in err
+
+
+def test_top_derives_emulated_use_from_the_jobs(host_store: db.Store, pool: Pool) -> None:
+    engine, root = _engine(host_store, pool, "h1")
+    slow = (*TRAIN, "--steps", "100000", "--step-time", "0.1")
+    a = engine.start(_spec("h1", root, 41, (0,), *slow, gpu_mem_mb=4000))
+    b = engine.start(_spec("h1", root, 42, (0, 1), *slow, gpu_mem_mb=3000))
+    try:
+        code, out, err = run("node", "top", "h1", "--json")
+        assert code == 0, err
+        (h1,) = json.loads(out)
+        assert h1["source"] == "emulated" and h1["responding"]
+        gpus = {g["index"]: g for g in h1["gpus"]}
+        assert (gpus[0]["util_percent"], gpus[0]["memory_used_mb"]) == (100.0, 7000)
+        assert (gpus[1]["util_percent"], gpus[1]["memory_used_mb"]) == (100.0, 3000)
+        assert gpus[0]["jobs"] == [41, 42] and all(g["emulated"] for g in gpus.values())
+        jobs = {j["job_id"]: j for j in h1["jobs"]}
+        assert jobs[41]["util_percent"] == 50.0  # GPU 0 shared by two running jobs
+        assert jobs[42]["util_percent"] == 75.0  # half of GPU 0, all of GPU 1
+        assert jobs[42]["memory_mb"] == 6000
+        engine.pause(b)  # a frozen job keeps its memory but uses no time
+        (h1,) = json.loads(run("node", "top", "h1", "--json")[1])
+        gpus = {g["index"]: g for g in h1["gpus"]}
+        jobs = {j["job_id"]: j for j in h1["jobs"]}
+        assert (gpus[1]["util_percent"], gpus[1]["memory_used_mb"]) == (0.0, 3000)
+        assert (jobs[41]["util_percent"], jobs[42]["util_percent"]) == (100.0, 0.0)
+        code, out, _ = run("node", "top")
+        assert code == 0 and "(emulated)" in out and "gctl-41-0" in out
+    finally:
+        for cid in (a, b):
+            engine.remove(cid)

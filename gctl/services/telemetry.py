@@ -1,0 +1,270 @@
+"""``gctl node top``: GPU use per GPU and per job, sampled on request on every node at once.
+
+Real GPUs are read on the host (NVML, else ``nvidia-smi``) and each GPU
+process is tied to its job through the container it runs in. A GPU shared by
+several jobs has its utilisation split evenly among the jobs running on it
+(NVML gives no per-process utilisation on most GPUs); memory is per process.
+
+Emulated GPUs have no figures of their own: a GPU counts as 100 % busy while
+at least one unpaused job container runs on it, shared evenly among those
+jobs, and its memory is what the jobs on it asked for (``--gpu-mem``), paused
+ones included since a frozen job keeps its memory. Every such figure is
+marked emulated.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from gctl.hosts.engine import LABEL_GPU_MEM, ContainerState, Engine
+from gctl.hosts.ssh import Pool, Target, fan_out
+from gctl.services import hostops, nodes
+from gctl.services.db import Store
+from gctl.store.engine import transaction
+from gctl.store.models import NodeRow
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU's use at the moment it was sampled."""
+
+    index: int
+    model: str
+    util_percent: float | None
+    memory_used_mb: int | None
+    memory_total_mb: int
+    jobs: tuple[int, ...]
+    emulated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form with stable keys."""
+        return {
+            "index": self.index,
+            "model": self.model,
+            "util_percent": self.util_percent,
+            "memory_used_mb": self.memory_used_mb,
+            "memory_total_mb": self.memory_total_mb,
+            "jobs": list(self.jobs),
+            "emulated": self.emulated,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobSample:
+    """One job container's GPU use on a node."""
+
+    job_id: int
+    container: str
+    status: str
+    gpus: tuple[int, ...]
+    util_percent: float | None
+    memory_mb: int | None
+    emulated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form with stable keys."""
+        return {
+            "job_id": self.job_id,
+            "container": self.container,
+            "status": self.status,
+            "gpus": list(self.gpus),
+            "util_percent": self.util_percent,
+            "memory_mb": self.memory_mb,
+            "emulated": self.emulated,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSample:
+    """A node's GPUs and jobs, or why it could not be sampled."""
+
+    node: str
+    error: str | None
+    source: str
+    gpus: tuple[GpuSample, ...]
+    jobs: tuple[JobSample, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form with stable keys."""
+        return {
+            "node": self.node,
+            "responding": self.error is None,
+            "error": self.error,
+            "source": self.source,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "jobs": [j.to_dict() for j in self.jobs],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """A GPU as the store records it."""
+
+    index: int
+    model: str
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What sampling needs to know of a node, read from the store."""
+
+    target: Target
+    docker_host: str | None
+    emulated: bool
+    gpus: tuple[GpuInfo, ...]
+
+
+def sample(
+    store: Store, names: list[str] | None = None, *, pool: Pool | None = None
+) -> list[NodeSample]:
+    """Sample the named nodes (default: all) concurrently."""
+    with transaction(store.engine, write=False) as s:
+        q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
+        if names:
+            q = q.where(NodeRow.name.in_(names))
+        rows = list(s.scalars(q))
+        nodes.check_all_found(names, [r.name for r in rows])
+        asks = {
+            r.name: NodeInfo(
+                hostops.target(r),
+                r.docker_host,
+                r.emulated,
+                tuple(GpuInfo(g.index, g.model, g.memory_mb) for g in r.gpus),
+            )
+            for r in rows
+        }
+    own = pool is None
+    ssh = pool or Pool()
+    try:
+        got = fan_out([a.target for a in asks.values()], lambda t: _one(ssh, asks[t.node]))
+    finally:
+        if own:
+            ssh.close()
+    return [
+        res if isinstance(res, NodeSample) else NodeSample(name, str(res), "-", (), ())
+        for name, res in got.items()
+    ]
+
+
+def _one(pool: Pool, node: NodeInfo) -> NodeSample:
+    engine = Engine(pool, node.target, docker_host=node.docker_host)
+    try:
+        containers = [c for c in engine.owned() if c.running and c.job_id is not None]
+    finally:
+        engine.close()
+    if node.emulated:
+        return attribute_emulated(node, containers)
+    return attribute_measured(node, containers, hostops.gpu_script(pool, node.target, "telemetry"))
+
+
+def _on_gpu(containers: list[ContainerState]) -> dict[int, list[ContainerState]]:
+    out: dict[int, list[ContainerState]] = defaultdict(list)
+    for c in containers:
+        for index in c.gpu_indices:
+            out[index].append(c)
+    return out
+
+
+def _job_util(
+    c: ContainerState, busy: dict[int, list[ContainerState]], util: Callable[[int], float | None]
+) -> float | None:
+    """A job's utilisation: over its GPUs, each GPU's figure split among its unpaused jobs."""
+    if c.paused:
+        return 0.0
+    parts = []
+    for index in c.gpu_indices:
+        value = util(index)
+        if value is None or not busy.get(index):
+            return None
+        parts.append(value / len(busy[index]))
+    return round(sum(parts) / len(parts), 1) if parts else None
+
+
+def attribute_emulated(node: NodeInfo, containers: list[ContainerState]) -> NodeSample:
+    """Figures for emulated GPUs, derived from the job containers on them."""
+    on_gpu = _on_gpu(containers)
+    busy = _on_gpu([c for c in containers if not c.paused])
+    asked = {c.id: _asked_mb(c) for c in containers}
+    gpus = tuple(
+        GpuSample(
+            index=g.index,
+            model=g.model,
+            util_percent=100.0 if busy.get(g.index) else 0.0,
+            memory_used_mb=sum(asked[c.id] or 0 for c in on_gpu.get(g.index, [])),
+            memory_total_mb=g.memory_mb,
+            jobs=tuple(sorted(c.job_id for c in on_gpu.get(g.index, []) if c.job_id)),
+            emulated=True,
+        )
+        for g in node.gpus
+    )
+    jobs = tuple(
+        JobSample(
+            job_id=c.job_id or 0,
+            container=c.name,
+            status=c.status,
+            gpus=c.gpu_indices,
+            util_percent=_job_util(c, busy, lambda i: 100.0 if busy.get(i) else 0.0),
+            memory_mb=_total(asked[c.id], len(c.gpu_indices)),
+            emulated=True,
+        )
+        for c in containers
+    )
+    return NodeSample(node.target.node, None, "emulated", gpus, jobs)
+
+
+def _total(per_gpu: int | None, gpus: int) -> int | None:
+    return None if per_gpu is None else per_gpu * gpus
+
+
+def _asked_mb(c: ContainerState) -> int | None:
+    value = c.labels.get(LABEL_GPU_MEM, "")
+    return int(value) if value.isdigit() else None
+
+
+def attribute_measured(
+    node: NodeInfo, containers: list[ContainerState], doc: dict[str, Any]
+) -> NodeSample:
+    """A host's measured telemetry (``gpu_probe.telemetry``) with its use tied to jobs."""
+    by_index = {int(g["index"]): g for g in doc.get("gpus", [])}
+    on_gpu = _on_gpu(containers)
+    busy = _on_gpu([c for c in containers if not c.paused])
+    memory: dict[str, int] = defaultdict(int)
+    for proc in doc.get("processes", []):
+        cid = proc.get("container_id")
+        if cid and proc.get("used_memory_mb") is not None:
+            memory[str(cid)] += int(proc["used_memory_mb"])
+    models = {g.index: g.model for g in node.gpus}
+    gpus = tuple(
+        GpuSample(
+            index=index,
+            model=models.get(index, "?"),
+            util_percent=g.get("util_percent"),
+            memory_used_mb=g.get("memory_used_mb"),
+            memory_total_mb=int(g.get("memory_total_mb") or 0),
+            jobs=tuple(sorted(c.job_id for c in on_gpu.get(index, []) if c.job_id)),
+            emulated=False,
+        )
+        for index, g in sorted(by_index.items())
+    )
+    jobs = tuple(
+        JobSample(
+            job_id=c.job_id or 0,
+            container=c.name,
+            status=c.status,
+            gpus=c.gpu_indices,
+            util_percent=_job_util(
+                c, busy, lambda i: by_index[i].get("util_percent") if i in by_index else None
+            ),
+            memory_mb=memory.get(c.id),
+            emulated=False,
+        )
+        for c in containers
+    )
+    return NodeSample(node.target.node, None, str(doc.get("source")), gpus, jobs)

@@ -1,0 +1,65 @@
+"""How ``gctl node top`` attributes measured GPU use to jobs (fake NVML, no host needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gctl.hosts import gpu_probe
+from gctl.hosts.engine import LABEL_GPUS, LABEL_JOB, ContainerState
+from gctl.hosts.fake_nvml import FakeNVML
+from gctl.hosts.ssh import Target
+from gctl.services.telemetry import GpuInfo, NodeInfo, attribute_measured
+
+CID_A = "a" * 64
+CID_B = "b" * 64
+
+
+def _container(cid: str, job: int, gpus: str, *, paused: bool = False) -> ContainerState:
+    return ContainerState(
+        id=cid,
+        name=f"gctl-{job}-0",
+        status="paused" if paused else "running",
+        running=True,
+        paused=paused,
+        exit_code=None,
+        oom_killed=False,
+        error=None,
+        labels={LABEL_JOB: str(job), LABEL_GPUS: gpus},
+    )
+
+
+def _proc(root: Path, pid: int, cid: str) -> None:
+    (root / str(pid)).mkdir(parents=True)
+    (root / str(pid) / "cgroup").write_text(f"12:memory:/gctl-h1/{cid}\n")
+
+
+def test_measured_use_is_split_among_the_jobs_on_each_gpu(tmp_path: Path) -> None:
+    nvml = FakeNVML.from_spec("2xV100-16GB")
+    nvml.set_usage(0, util_percent=80, memory_used_mb=9000)
+    nvml.set_usage(1, util_percent=40, memory_used_mb=2000)
+    nvml.add_process(0, 101, 5000)
+    nvml.add_process(0, 202, 4000)
+    nvml.add_process(1, 203, 2000)
+    _proc(tmp_path, 101, CID_A)
+    _proc(tmp_path, 202, CID_B)
+    _proc(tmp_path, 203, CID_B)
+    doc = gpu_probe.telemetry(nvml, proc_root=str(tmp_path))
+    node = NodeInfo(
+        Target("h1", "x"), None, False, (GpuInfo(0, "V100", 16384), GpuInfo(1, "V100", 16384))
+    )
+    got = attribute_measured(node, [_container(CID_A, 1, "0"), _container(CID_B, 2, "0,1")], doc)
+    assert got.source == "nvml" and got.error is None
+    assert [(g.util_percent, g.memory_used_mb, g.jobs) for g in got.gpus] == [
+        (80, 9000, (1, 2)),
+        (40, 2000, (2,)),
+    ]
+    jobs = {j.job_id: j for j in got.jobs}
+    assert (jobs[1].util_percent, jobs[1].memory_mb) == (40.0, 5000)
+    assert (jobs[2].util_percent, jobs[2].memory_mb) == (40.0, 6000)  # (80/2 + 40) / 2
+    assert not any(j.emulated for j in jobs.values())
+
+    paused = attribute_measured(
+        node, [_container(CID_A, 1, "0"), _container(CID_B, 2, "0,1", paused=True)], doc
+    )
+    jobs = {j.job_id: j for j in paused.jobs}
+    assert (jobs[1].util_percent, jobs[2].util_percent) == (80.0, 0.0)
