@@ -9,8 +9,8 @@ from typing import Any
 from gctl.hosts import gpu_probe
 from gctl.hosts.engine import Engine
 from gctl.hosts.ssh import HostError, Pool, Target
-from gctl.services.nodes import DEFAULT_WORK_DIR
-from gctl.store.models import NodeRow
+from gctl.services.nodes import DEFAULT_SSH_PORT, DEFAULT_WORK_DIR
+from gctl.store.models import GpuRow, NodeRow
 
 _SCRIPT = Path(gpu_probe.__file__).read_bytes()
 """The GPU probe's own source, sent to the host's ``python3 -``."""
@@ -23,7 +23,8 @@ def target(row: NodeRow) -> Target:
     return Target(
         node=row.name,
         host=row.host,
-        port=row.port,
+        # 22 is also what a node gets when --port was not given: let ~/.ssh/config decide then.
+        port=row.port if row.port != DEFAULT_SSH_PORT else None,
         user=row.ssh_user,
         key_path=row.key_path,
         fingerprint=row.host_key_fingerprint,
@@ -70,3 +71,14 @@ def _output(pool: Pool, target: Target, argv: list[str]) -> str:
     if res.rc != 0:
         raise OSError(f"{argv[0]} exited {res.rc}")
     return res.text
+
+
+def cpuset(gpus: list[GpuRow]) -> str | None:
+    """The CPUs near these GPUs (their NUMA nodes' CPUs), or None when any is unknown."""
+    cpus: set[int] = set()
+    for gpu in gpus:
+        near = gpu_probe.parse_cpulist(gpu.cpu_affinity) if gpu.cpu_affinity else None
+        if not near:
+            return None
+        cpus.update(near)
+    return gpu_probe.format_cpulist(cpus) if cpus else None

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 
+DEFAULT_SSH_PORT = 22
 DEFAULT_WORK_DIR = "/var/lib/gctl"
 """Where job directories live on a host unless the node says otherwise."""
 HEARTBEAT_TIMEOUT = 60.0
@@ -158,7 +159,7 @@ def add_node(
     name: str,
     host: str,
     *,
-    port: int = 22,
+    port: int = DEFAULT_SSH_PORT,
     ssh_user: str | None = None,
     key_path: str | None = None,
     emulate_gpus: str | None = None,
@@ -212,7 +213,7 @@ def scan_host_key(
     name: str,
     host: str,
     *,
-    port: int = 22,
+    port: int = DEFAULT_SSH_PORT,
     ssh_user: str | None = None,
     key_path: str | None = None,
 ) -> HostKey:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +16,7 @@ from clikit import run
 from sqlalchemy import select
 
 from gctl.hosts.engine import ContainerSpec, Engine
-from gctl.hosts.ssh import HostKeyMismatch, Pool
+from gctl.hosts.ssh import CommandTimeout, HostKeyMismatch, Pool, Target
 from gctl.services import db, hostops
 from gctl.store.engine import transaction
 from gctl.store.models import NodeRow
@@ -244,3 +248,36 @@ def test_top_derives_emulated_use_from_the_jobs(host_store: db.Store, pool: Pool
     finally:
         for cid in (a, b):
             engine.remove(cid)
+
+
+def test_ssh_config_alias_and_agent_login(hosts: dict[str, Any], tmp_path: Path) -> None:
+    h1 = next(h for h in testhosts.env()["hosts"] if h["name"] == "h1")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host gpu-a\n  HostName {h1['host']}\n  Port {h1['port']}\n  User root\n")
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True)
+    env = dict(re.findall(r"(SSH_AUTH_SOCK|SSH_AGENT_PID)=([^;]+);", agent.stdout))
+    try:
+        subprocess.run(["ssh-add", hosts["key"]], env={**os.environ, **env}, check=True)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SSH_AUTH_SOCK", env["SSH_AUTH_SOCK"])
+            mp.setenv("HOME", str(tmp_path))  # no ~/.ssh keys to fall back on: the agent logs in
+            # Port 22 is what a node gets without --port; the alias's Port must win.
+            target = Target("a", "gpu-a", port=None, fingerprint=h1["fingerprint"])
+            with Pool(ssh_config=config, connect_timeout=5) as pool:
+                res = pool.run(target, ["sh", "-c", 'echo "$DOCKER_HOST"'])
+                assert res.rc == 0 and res.text.strip() == h1["docker_host"]
+                with pytest.raises(CommandTimeout):
+                    pool.run(target, ["sleep", "5"], timeout=0.5)
+                assert pool.run(target, ["true"]).rc == 0  # the connection survives a timeout
+    finally:
+        subprocess.run(["kill", env["SSH_AGENT_PID"]], check=False)
+
+
+def test_logs_follow_and_cpu_pinning(host_store: db.Store, pool: Pool) -> None:
+    engine, root = _engine(host_store, pool, "h2")
+    spec = _spec("h2", root, 51, (1,), *TRAIN, "--steps", "5", "--step-time", "0.2", cpuset="0")
+    cid = engine.start(spec)
+    lines = b"".join(engine.logs(cid, follow=True)).decode().splitlines()
+    assert lines[-1] == "done" and lines[:5] == [f"step {i}/5" for i in range(1, 6)]
+    assert engine.api.inspect_container(cid)["HostConfig"]["CpusetCpus"] == "0"
+    engine.remove(cid)

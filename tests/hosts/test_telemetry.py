@@ -8,7 +8,9 @@ from gctl.hosts import gpu_probe
 from gctl.hosts.engine import LABEL_GPUS, LABEL_JOB, ContainerState
 from gctl.hosts.fake_nvml import FakeNVML
 from gctl.hosts.ssh import Target
+from gctl.services import hostops
 from gctl.services.telemetry import GpuInfo, NodeInfo, attribute_measured
+from gctl.store.models import GpuRow
 
 CID_A = "a" * 64
 CID_B = "b" * 64
@@ -63,3 +65,10 @@ def test_measured_use_is_split_among_the_jobs_on_each_gpu(tmp_path: Path) -> Non
     )
     jobs = {j.job_id: j for j in paused.jobs}
     assert (jobs[1].util_percent, jobs[2].util_percent) == (80.0, 0.0)
+
+
+def test_cpuset_is_the_cpus_near_all_the_gpus() -> None:
+    near = [GpuRow(index=0, cpu_affinity="0-3"), GpuRow(index=1, cpu_affinity="8-11,4")]
+    assert hostops.cpuset(near) == "0-4,8-11"
+    assert hostops.cpuset([*near, GpuRow(index=2, cpu_affinity=None)]) is None
+    assert hostops.cpuset([]) is None
