@@ -177,6 +177,8 @@ def add_node(
     if not 1 <= port <= 65535:
         raise ServiceError(f"--port {port}: must be 1..65535")
     gpus = parse_emulated(emulate_gpus) if emulate_gpus else []
+    for gpu in gpus:  # stable ids for labels and job env, plainly not NVIDIA's
+        gpu.uuid = f"GPU-emulated-{name}-{gpu.index}"
     with transaction(store.engine, write=True) as s:
         if s.scalar(select(NodeRow.id).where(NodeRow.name == name)) is not None:
             raise ServiceError(f"node {name!r} already exists")

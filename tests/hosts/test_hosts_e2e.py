@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -281,3 +283,52 @@ def test_logs_follow_and_cpu_pinning(host_store: db.Store, pool: Pool) -> None:
     assert lines[-1] == "done" and lines[:5] == [f"step {i}/5" for i in range(1, 6)]
     assert engine.api.inspect_container(cid)["HostConfig"]["CpusetCpus"] == "0"
     engine.remove(cid)
+
+
+def _add_on_a_terminal(args: list[str], answer: bytes, env: dict[str, str]) -> tuple[int, str]:
+    """``gctl node add`` on a real pseudo-terminal, answering its question with ``answer``."""
+    gctl = str(Path(sys.executable).with_name("gctl"))
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [gctl, "node", "add", *args], stdin=child, stdout=child, stderr=child, env=env
+    )
+    os.close(child)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while b"[y/N]" not in seen and time.monotonic() < deadline:
+        seen += os.read(main, 4096)
+    os.write(main, answer)
+    code = proc.wait(timeout=30)
+    try:
+        while chunk := os.read(main, 4096):
+            seen += chunk
+    except OSError:  # the terminal closes with the process
+        pass
+    os.close(main)
+    return code, seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize(("answer", "recorded"), [(b"y\n", True), (b"n\n", False)])
+def test_operator_confirms_the_host_key_on_a_terminal(
+    host_store: db.Store, hosts: dict[str, Any], answer: bytes, recorded: bool
+) -> None:
+    h2 = next(h for h in testhosts.env()["hosts"] if h["name"] == "h2")
+    args = [
+        "new",
+        "--host",
+        h2["host"],
+        "--port",
+        str(h2["port"]),
+        "--user",
+        "root",
+        "--key",
+        hosts["key"],
+    ]
+    code, shown = _add_on_a_terminal(args, answer, dict(os.environ))
+    assert h2["fingerprint"] in shown
+    assert code == (0 if recorded else 1), shown
+    code, out, _ = run("node", "show", "new", "--json")
+    if recorded:
+        assert json.loads(out)["host_key_fingerprint"] == h2["fingerprint"]
+    else:
+        assert code == 1 and "not confirmed" in shown
