@@ -23,7 +23,7 @@ import requests.adapters
 import urllib3.connection
 import urllib3.connectionpool
 from docker.constants import MINIMUM_DOCKER_API_VERSION
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, HostConfig
 
 from gctl.hosts.ssh import HostError, Pool, Target
 
@@ -239,7 +239,7 @@ class Engine:
         return dict(self._call(lambda: self.api.info(), "docker info"))
 
     def start(self, spec: ContainerSpec) -> str:
-        """Create and start a job's container; its id.
+        """Create and start a job's container; its id. One that cannot start is removed.
 
         The per-job host directory is created first and mounted at ``/gctl``.
         Real GPUs are requested by UUID from the NVIDIA runtime; emulated GPUs
@@ -249,26 +249,7 @@ class Engine:
         if mkdir.rc != 0:
             raise HostError(self.node, f"mkdir {spec.job_dir}: {mkdir.stderr.decode().strip()}")
         api = self.api
-        binds: dict[str, Mapping[str, str]] = {
-            m.src: {"bind": m.dst, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts
-        }
-        binds[spec.job_dir] = {"bind": JOB_DIR_IN_CONTAINER, "mode": "rw"}
-        devices = (
-            []
-            if spec.emulated
-            else [
-                DeviceRequest(
-                    driver="nvidia", device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]]
-                )
-            ]
-        )
-        host_config = api.create_host_config(
-            binds=binds,
-            device_requests=devices,
-            cpuset_cpus=spec.cpuset,
-            network_mode="host",
-            mem_limit=f"{spec.memory_limit_mb}m" if spec.memory_limit_mb else None,
-        )
+        config = host_config(spec, api.api_version)
         created = self._call(
             lambda: api.create_container(
                 spec.image,
@@ -276,13 +257,17 @@ class Engine:
                 name=spec.name,
                 environment=spec.environment(),
                 labels=spec.labels(),
-                host_config=host_config,
+                host_config=config,
                 use_config_proxy=False,
             ),
             f"create {spec.name}",
         )
         cid = str(created["Id"])
-        self._call(lambda: api.start(cid), f"start {spec.name}")
+        try:
+            self._call(lambda: api.start(cid), f"start {spec.name}")
+        except HostError:
+            self._call(lambda: api.remove_container(cid, force=True), f"remove {spec.name}")
+            raise
         return cid
 
     def pause(self, cid: str) -> None:
@@ -334,6 +319,35 @@ class Engine:
     def close(self) -> None:
         """Close the engine's channels (the SSH connection stays pooled)."""
         self._adapter.close()
+
+
+def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
+    """The Docker host config of a job container: mounts, GPUs by UUID, CPUs, host network.
+
+    Real GPUs are a device request to the NVIDIA runtime naming each GPU's
+    UUID; emulated GPUs request no device.
+    """
+    binds: dict[str, Mapping[str, str]] = {
+        m.src: {"bind": m.dst, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts
+    }
+    binds[spec.job_dir] = {"bind": JOB_DIR_IN_CONTAINER, "mode": "rw"}
+    devices = (
+        []
+        if spec.emulated
+        else [
+            DeviceRequest(driver="nvidia", device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]])
+        ]
+    )
+    return dict(
+        HostConfig(
+            version=api_version,
+            binds=binds,
+            device_requests=devices,
+            cpuset_cpus=spec.cpuset,
+            network_mode="host",
+            mem_limit=f"{spec.memory_limit_mb}m" if spec.memory_limit_mb else None,
+        )
+    )
 
 
 def _state(info: Mapping[str, Any]) -> ContainerState:

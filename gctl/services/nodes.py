@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, selectinload
 from gctl.services import events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
-from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_gpu_kind
+from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_cluster, parse_gpu_kind
 from gctl.store.engine import transaction
 
 if TYPE_CHECKING:
@@ -124,13 +124,27 @@ class NodeView:
 
 
 def parse_emulated(text: str) -> list[GpuRow]:
-    """GPU rows for ``--emulate-gpus NxTYPE-MEM`` (e.g. ``4xV100-16GB``), default topology."""
-    m = _EMULATE.match(text.strip())
-    if m is None:
-        raise ServiceError(f"--emulate-gpus {text!r}: expected COUNTxTYPE-MEMORY, e.g. 4xV100-16GB")
+    """GPU rows for ``--emulate-gpus``: ``NxTYPE-MEM`` or a one-node ``.toml`` file.
+
+    ``4xV100-16GB`` gets the default PCIe layout; the file, in ``gctl sim``'s
+    cluster format with one ``[[nodes]]`` table, can also say
+    ``topology = "nvlink"``.
+    """
     try:
-        model, memory_mb = parse_gpu_kind(m.group(2))
-        gpus = node_gpus(int(m.group(1)), gpu_type=model, memory_mb=memory_mb)
+        if text.endswith(".toml"):
+            found = parse_cluster(text).nodes
+            if len(found) != 1:
+                raise ClusterSpecError(f"describes {len(found)} nodes; give exactly one")
+            gpus = found[0].gpus
+        else:
+            m = _EMULATE.match(text.strip())
+            if m is None:
+                raise ServiceError(
+                    f"--emulate-gpus {text!r}: expected COUNTxTYPE-MEMORY (e.g. 4xV100-16GB)"
+                    " or a .toml file"
+                )
+            model, memory_mb = parse_gpu_kind(m.group(2))
+            gpus = node_gpus(int(m.group(1)), gpu_type=model, memory_mb=memory_mb)
     except ClusterSpecError as exc:
         raise ServiceError(f"--emulate-gpus {text!r}: {exc}") from None
     return [

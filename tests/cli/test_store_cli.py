@@ -167,6 +167,22 @@ def test_queue_format_widths_and_literals_like_squeue(gdb: Path) -> None:
     assert abs(datetime.fromisoformat(submitted).timestamp() - time.time()) < 60
 
 
+def test_emulated_gpus_from_a_spec_file_with_topology(gdb: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "dgx.toml"
+    spec.write_text(
+        '[[nodes]]\ngpus = 8\ngpu_type = "V100"\ngpu_memory = "32GB"\ntopology = "nvlink"\n'
+    )
+    _ok("node", "add", "dgx1", "--host", "10.0.0.9", *FP, "--emulate-gpus", str(spec))
+    node = json.loads(_ok("node", "show", "dgx1", "--json"))
+    assert node["gpu_kinds"] == "8xV100-32GB"
+    assert [g["uuid"] for g in node["gpus"]][:2] == ["GPU-emulated-dgx1-0", "GPU-emulated-dgx1-1"]
+    peers = _rows(gdb, 'SELECT nvlink_peers FROM gpus WHERE "index" = 0')[0][0]
+    assert json.loads(str(peers))  # the DGX-1 mesh, not the PCIe default
+    spec.write_text("[[nodes]]\ncount = 2\ngpus = 4\n")
+    code, _, err = run("node", "add", "two", "--host", "h", *FP, "--emulate-gpus", str(spec))
+    assert code == 1 and "give exactly one" in err
+
+
 def test_actions_on_running_jobs_become_intents_for_the_daemon(gdb: Path) -> None:
     _ok("node", "add", "n1", "--host", "h", *FP, "--emulate-gpus", "2xV100-16GB")
     job = int(_ok("submit", "--parsable", "--image", "x", "--", "run"))

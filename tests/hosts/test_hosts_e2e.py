@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
@@ -17,8 +18,8 @@ import testhosts
 from clikit import run
 from sqlalchemy import select
 
-from gctl.hosts.engine import ContainerSpec, Engine
-from gctl.hosts.ssh import CommandTimeout, HostKeyMismatch, Pool, Target
+from gctl.hosts.engine import ContainerSpec, Engine, Mount
+from gctl.hosts.ssh import CommandTimeout, HostError, HostKeyMismatch, Pool, Target
 from gctl.services import db, hostops
 from gctl.store.engine import transaction
 from gctl.store.models import NodeRow
@@ -332,3 +333,37 @@ def test_operator_confirms_the_host_key_on_a_terminal(
         assert json.loads(out)["host_key_fingerprint"] == h2["fingerprint"]
     else:
         assert code == 1 and "not confirmed" in shown
+
+
+def test_real_gpus_are_requested_by_uuid(host_store: db.Store, pool: Pool) -> None:
+    """No NVIDIA runtime on the test hosts: the engine itself refuses the device request."""
+    engine, root = _engine(host_store, pool, "h1")
+    spec = _spec("h1", root, 61, (0,), "true")
+    real = dataclasses.replace(spec, emulated=False)
+    with pytest.raises(HostError, match="nvidia") as refused:
+        engine.start(real)
+    assert str(refused.value).startswith("h1: start gctl-61-0:")
+    assert 'device driver "nvidia"' in str(refused.value)  # the request reached the engine
+    assert 61 not in {c.job_id for c in engine.owned()}  # and nothing was left behind
+
+
+def test_mounts_and_signals(host_store: db.Store, pool: Pool, hosts: dict[str, Any]) -> None:
+    engine, root = _engine(host_store, pool, "h2")
+    data = f"{hosts['dir']}/h2/data"
+    assert (
+        pool.run(engine.target, ["sh", "-c", f"mkdir -p {data} && echo hello > {data}/f"]).rc == 0
+    )
+    read = "import pathlib; print(pathlib.Path('/data/f').read_text().strip())"
+    write = "open('/data/g', 'w')"
+    mounts = (Mount(data, "/data", read_only=True),)
+    ok = engine.start(_spec("h2", root, 71, (0,), "python3", "-c", read, mounts=mounts))
+    assert engine.wait(ok, timeout=30) == 0 and b"".join(engine.logs(ok)).strip() == b"hello"
+    ro = engine.start(_spec("h2", root, 72, (0,), "python3", "-c", write, mounts=mounts))
+    assert engine.wait(ro, timeout=30) == 1 and b"Read-only file system" in b"".join(
+        engine.logs(ro)
+    )
+    long = engine.start(_spec("h2", root, 73, (1,), *TRAIN, "--steps", "100000"))
+    engine.kill(long, "KILL")
+    assert engine.wait(long, timeout=30) == 137
+    for cid in (ok, ro, long):
+        engine.remove(cid)

@@ -1,0 +1,47 @@
+"""What a job container is asked to be, checked without an engine."""
+
+from __future__ import annotations
+
+from gctl.hosts.engine import ContainerSpec, Mount, host_config
+from gctl.hosts.ssh import command_line
+
+
+def _spec(**kw: object) -> ContainerSpec:
+    base: dict[str, object] = {
+        "job_id": 7, "attempt": 2, "node": "gpu01", "image": "train:1",
+        "command": ("python", "t.py"), "gpu_indices": (2, 3),
+        "gpu_uuids": ("GPU-aaaa", "GPU-bbbb"), "job_dir": "/var/lib/gctl/jobs/7",
+    }  # fmt: skip
+    return ContainerSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_real_gpus_are_requested_by_uuid_from_the_nvidia_runtime() -> None:
+    cfg = host_config(_spec(cpuset="0-15", mounts=(Mount("/data", "/data", True),)), "1.41")
+    assert cfg["DeviceRequests"] == [
+        {"Driver": "nvidia", "Count": 0, "DeviceIDs": ["GPU-aaaa", "GPU-bbbb"],
+         "Capabilities": [["gpu"]], "Options": {}}
+    ]  # fmt: skip
+    assert sorted(cfg["Binds"]) == ["/data:/data:ro", "/var/lib/gctl/jobs/7:/gctl:rw"]
+    assert (cfg["CpusetCpus"], cfg["NetworkMode"]) == ("0-15", "host")
+
+
+def test_emulated_gpus_request_no_device_but_get_the_same_env_and_labels() -> None:
+    spec = _spec(emulated=True, env={"GCTL_NODE": "spoofed", "LR": "0.1"}, gpu_mem_mb=8000)
+    assert host_config(spec, "1.41").get("DeviceRequests") in (None, [])
+    env = spec.environment()
+    assert env["GCTL_NODE"] == "gpu01" and env["LR"] == "0.1"  # gctl's keys win
+    assert (env["GCTL_GPUS"], env["GCTL_GPU_UUIDS"], env["GCTL_EMULATED_GPUS"]) == (
+        "2",
+        "GPU-aaaa,GPU-bbbb",
+        "1",
+    )
+    assert spec.labels() == {
+        "gctl.job": "7", "gctl.node": "gpu01", "gctl.gpus": "2,3",
+        "gctl.gpu-uuids": "GPU-aaaa,GPU-bbbb", "gctl.emulated": "1", "gctl.gpu-mem-mb": "8000",
+    }  # fmt: skip
+    assert spec.name == "gctl-7-2"
+
+
+def test_remote_command_lines_quote_every_argument() -> None:
+    line = command_line(["printf", "%s", "$(id)", "a b", "it's", ""])
+    assert line == "printf %s '$(id)' 'a b' 'it'\"'\"'s' ''"
