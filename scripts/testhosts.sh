@@ -37,6 +37,7 @@ MARKER=.gctl-testhosts
 IMPORT_CHANGES=(
   'ENV PATH=/usr/local/bin:/usr/bin:/bin'
   'ENV PYTHONUNBUFFERED=1'
+  'ENV PYTHONPATH=/opt/gctl/lib'
   'WORKDIR /'
   'CMD ["python3", "/opt/gctl/train.py"]'
 )
@@ -223,7 +224,7 @@ install_missing() {
 
 image_sum() {
   {
-    cat -- "$TRAIN_PY" "$BUILD_ROOTFS"
+    cat -- "$TRAIN_PY" "$BUILD_ROOTFS" "$HERE/../gctl/__init__.py" "$HERE/../gctl/job.py"
     printf '%s\n' "${IMPORT_CHANGES[@]}"
     sha256sum /usr/bin/python3.11
   } | sha256sum | cut -c1-64

@@ -109,11 +109,14 @@ printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$ROOT/etc/nsswitch.co
 ldconfig -r "$ROOT" 2>/dev/null || true
 
 install -m 0644 "$HERE/train.py" "$ROOT/opt/gctl/train.py"
+# The job SDK, importable as gctl.job (PYTHONPATH=/opt/gctl/lib is set on import).
+install -D -m 0644 "$HERE/../../gctl/__init__.py" "$ROOT/opt/gctl/lib/gctl/__init__.py"
+install -D -m 0644 "$HERE/../../gctl/job.py" "$ROOT/opt/gctl/lib/gctl/job.py"
 
 # Smoke test: the copied interpreter runs in the tree and can import what
 # train.py needs (same loader, same libraries; chroot needs no extra setup).
-if ! chroot "$ROOT" /usr/bin/python3 -c \
-  'import json, os, signal, time, argparse, pathlib, hashlib, collections; hashlib.sha256(b"")' \
+if ! PYTHONPATH=/opt/gctl/lib chroot "$ROOT" /usr/bin/python3 -c \
+  'import json, os, signal, time, argparse, pathlib, hashlib, collections; hashlib.sha256(b""); from gctl import job' \
   >/dev/null 2>&1; then
   chroot "$ROOT" /usr/bin/python3 -c 'import json, argparse, pathlib, hashlib' >&2 || true
   die "python in the image root filesystem does not work"

@@ -1,0 +1,152 @@
+"""The job SDK: what a training loop in a gctl container uses to talk to gctl.
+
+Standard library only, and Python 3.8 or newer, so it runs in any job image.
+A loop reports each mini-batch, learns its GPUs, and saves and loads
+checkpoints when gctl asks for them::
+
+    from gctl import job
+
+    run = job.start()                       # reads the GCTL_* environment
+    state = run.resume() or {"step": 0}     # the last checkpoint's state, if any
+    for step in range(state["step"], total):
+        train_one_batch()
+        run.step(step + 1, total)           # progress, at most twice a second on disk
+        if run.checkpoint_due:              # gctl asked: save at this batch boundary
+            save_weights(run.checkpoint_dir)
+            run.checkpoint({"step": step + 1})
+            if run.must_exit:
+                sys.exit(0)
+
+What gctl and the job agree on, in the job directory (``$GCTL_JOB_DIR``,
+``/gctl`` in the container, kept on the host across restarts):
+
+- ``progress.json``: ``{"step", "steps", "time", "rate", "sdk"}``, replaced
+  atomically; the daemon reads it to measure progress.
+- ``checkpoint.json``: ``{"step", "state", "time"}`` written atomically and
+  synced after the job's own files in ``checkpoint/``; a restarted job
+  resumes from it, on the same GPUs or elsewhere.
+- Signals: SIGUSR1 asks for a checkpoint at the next batch boundary, then
+  the job carries on; SIGTERM (``docker stop``) and SIGINT ask for a
+  checkpoint and a clean exit. Either way the loop decides when, so a
+  checkpoint is never taken in the middle of a batch.
+
+Jobs that do not use this SDK still run; gctl then estimates their progress
+from GPU utilisation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+PROGRESS_FILE = "progress.json"
+CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_DIR = "checkpoint"
+SDK_VERSION = 1
+
+
+def _write_json(path: Path, data: dict[str, Any], sync: bool) -> None:
+    """Replace ``path`` with ``data`` as JSON in one step (write aside, then rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        if sync:
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class Run:
+    """One run of a job: its GPUs, its directory, and gctl's requests to it."""
+
+    def __init__(self, env: dict[str, str] | None = None, *, report_every: float = 0.5) -> None:
+        env = dict(os.environ if env is None else env)
+        self.job_id = int(env["GCTL_JOB_ID"]) if env.get("GCTL_JOB_ID", "").isdigit() else None
+        self.attempt = int(env.get("GCTL_ATTEMPT", "0") or 0)
+        self.node = env.get("GCTL_NODE")
+        self.gpus = int(env.get("GCTL_GPUS", "0") or 0)
+        self.gpu_uuids = [u for u in env.get("GCTL_GPU_UUIDS", "").split(",") if u]
+        self.emulated_gpus = env.get("GCTL_EMULATED_GPUS") == "1"
+        self.dir = Path(env.get("GCTL_JOB_DIR") or "/gctl")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint_dir = self.dir / CHECKPOINT_DIR
+        self.checkpoint_dir.mkdir(exist_ok=True)
+        self._report_every = report_every
+        self._last_report = 0.0
+        self._recent: deque[float] = deque(maxlen=11)
+        self._asked_checkpoint = False
+        self._asked_exit = False
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._asked_checkpoint = True
+        if signum != signal.SIGUSR1:
+            self._asked_exit = True
+
+    def listen(self) -> Run:
+        """Take SIGUSR1, SIGTERM and SIGINT as checkpoint requests (main thread only)."""
+        for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        return self
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """Whether gctl asked for a checkpoint (take it at this batch boundary)."""
+        return self._asked_checkpoint
+
+    @property
+    def must_exit(self) -> bool:
+        """Whether gctl asked the job to stop (after its checkpoint)."""
+        return self._asked_exit
+
+    def resume(self) -> dict[str, Any] | None:
+        """The state saved with the last checkpoint, or None on a first start."""
+        path = self.dir / CHECKPOINT_FILE
+        if not path.exists():
+            return None
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        state = saved.get("state")
+        return dict(state) if isinstance(state, dict) else {"step": int(saved.get("step", 0))}
+
+    def step(self, step: int, steps: int | None = None, *, force: bool = False) -> bool:
+        """Report that mini-batch ``step`` (of ``steps``) is done; whether a checkpoint is due.
+
+        Progress reaches the disk at most every ``report_every`` seconds (and
+        always with ``force``), so a fast loop is not slowed by it.
+        """
+        now = time.monotonic()
+        self._recent.append(now)
+        if force or now - self._last_report >= self._report_every:
+            self._last_report = now
+            span = self._recent[-1] - self._recent[0]
+            rate = (len(self._recent) - 1) / span if span > 0 else 0.0
+            progress = {
+                "step": step,
+                "steps": steps,
+                "time": time.time(),
+                "rate": rate,
+                "sdk": SDK_VERSION,
+            }
+            _write_json(self.dir / PROGRESS_FILE, progress, sync=False)
+        return self._asked_checkpoint
+
+    def checkpoint(self, state: dict[str, Any]) -> None:
+        """Record a checkpoint: ``state`` (JSON-able, with at least ``step``) after the job's files.
+
+        Write model files into :attr:`checkpoint_dir` first; this call then
+        makes the checkpoint count, atomically, and clears a SIGUSR1 request.
+        """
+        step = int(state.get("step", 0))
+        record = {"step": step, "state": state, "time": time.time()}
+        _write_json(self.dir / CHECKPOINT_FILE, record, sync=True)
+        self._asked_checkpoint = False
+
+
+def start(*, listen: bool = True) -> Run:
+    """The run of this container, from the ``GCTL_*`` environment; signals taken if asked."""
+    run = Run()
+    return run.listen() if listen else run

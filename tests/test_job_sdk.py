@@ -1,0 +1,108 @@
+"""The job SDK (gctl.job): the contract between a training loop and gctl."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gctl import job
+
+SDK = Path(job.__file__)
+
+
+@pytest.fixture
+def restore_signals() -> Iterator[None]:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def _run(tmp_path: Path, **kw: float) -> job.Run:
+    env = {
+        "GCTL_JOB_ID": "42",
+        "GCTL_JOB_DIR": str(tmp_path / "j"),
+        "GCTL_GPUS": "2",
+        "GCTL_GPU_UUIDS": "GPU-a,GPU-b",
+        "GCTL_EMULATED_GPUS": "1",
+        "GCTL_ATTEMPT": "3",
+    }
+    return job.Run(env, **kw)
+
+
+def test_environment_and_first_start(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    assert (run.job_id, run.attempt, run.gpus, run.gpu_uuids) == (42, 3, 2, ["GPU-a", "GPU-b"])
+    assert run.emulated_gpus and run.checkpoint_dir.is_dir()
+    assert run.resume() is None and not run.checkpoint_due and not run.must_exit
+
+
+def test_progress_is_throttled_unless_forced(tmp_path: Path) -> None:
+    run = _run(tmp_path, report_every=3600)
+    progress = run.dir / job.PROGRESS_FILE
+    run.step(1, 10)
+    assert json.loads(progress.read_text())["step"] == 1
+    run.step(2, 10)
+    assert json.loads(progress.read_text())["step"] == 1  # within report_every: not written
+    run.step(3, 10, force=True)
+    got = json.loads(progress.read_text())
+    assert (got["step"], got["steps"], got["sdk"]) == (3, 10, job.SDK_VERSION) and got["rate"] > 0
+
+
+def test_signals_ask_for_checkpoints_at_batch_boundaries(
+    tmp_path: Path, restore_signals: None
+) -> None:
+    run = _run(tmp_path).listen()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert run.step(5) and run.checkpoint_due and not run.must_exit
+    run.checkpoint({"step": 5, "lr": 0.1})
+    assert not run.checkpoint_due  # served
+    assert _run(tmp_path).resume() == {"step": 5, "lr": 0.1}
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert run.checkpoint_due and run.must_exit
+    run.checkpoint({"step": 6})
+    assert run.must_exit and json.loads((run.dir / job.CHECKPOINT_FILE).read_text())["step"] == 6
+
+
+def test_sdk_runs_alone_in_an_image_without_gctl(tmp_path: Path) -> None:
+    """Only gctl/__init__.py and gctl/job.py are copied, as into the test image."""
+    tree = ast.parse(SDK.read_text())
+    imported = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    imported |= {
+        (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+    }
+    assert imported <= set(sys.stdlib_module_names)
+    ast.parse(SDK.read_text(), feature_version=(3, 8))
+    lib = tmp_path / "lib" / "gctl"
+    lib.mkdir(parents=True)
+    shutil.copy(SDK.with_name("__init__.py"), lib)
+    shutil.copy(SDK, lib)
+    loop = (
+        "from gctl import job\n"
+        "run = job.start()\n"
+        "start = (run.resume() or {}).get('step', 0)\n"
+        "for s in range(start + 1, start + 4):\n"
+        "    run.step(s, 100, force=True)\n"
+        "run.checkpoint({'step': s})\n"
+        "print(s)\n"
+    )
+    env = {
+        "PYTHONPATH": str(tmp_path / "lib"),
+        "GCTL_JOB_DIR": str(tmp_path / "j"),
+        "PATH": os.environ["PATH"],
+    }
+    for expect in ("3", "6"):  # the second run resumes from the first one's checkpoint
+        out = subprocess.run([sys.executable, "-S", "-c", loop], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        assert out.stdout.strip() == expect
