@@ -215,3 +215,28 @@ def events_cmd(
         render.emit_json({"events": [e.to_dict() for e in rows]})
     else:
         render.events_table(rows)
+
+
+def defrag(
+    ctx: typer.Context,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan; record nothing.")
+    ] = False,
+    threshold: Annotated[
+        int | None, typer.Option(help="Empty nodes with at least this many free GPUs (default 2).")
+    ] = None,
+    max_moves: Annotated[int | None, typer.Option(help="Most moves in the pass.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """One defragmentation pass (for cron): plan moves to free whole nodes.
+
+    The plan comes from the same core step the daemon runs. Without
+    --dry-run each move is recorded as a migrate intent for the daemon.
+    """
+    from gctl.services import defrag as service  # here: only this command needs the core
+
+    result = service.plan(store(ctx), threshold=threshold, max_moves=max_moves, record=not dry_run)
+    if json_out:
+        render.emit_json(result.to_dict())
+    else:
+        render.defrag_plan(result, dry_run=dry_run)

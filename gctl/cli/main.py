@@ -30,6 +30,7 @@ app.command("hold")(jobs.hold)
 app.command("release")(jobs.release)
 app.command("migrate")(jobs.migrate)
 app.command("events")(jobs.events_cmd)
+app.command("defrag")(jobs.defrag)
 app.add_typer(sim.app, name="sim")
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from gctl.services.defrag import Plan
     from gctl.services.events import EventView
     from gctl.services.jobs import JobDetail, JobView
     from gctl.services.nodes import NodeView
@@ -221,6 +222,27 @@ def top(samples: list[NodeSample]) -> None:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
+
+
+def defrag_plan(plan: Plan, *, dry_run: bool) -> None:
+    """``gctl defrag``: the moves, what they gain, and whether they were handed on."""
+    if not plan.moves:
+        print("nothing to defragment")
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("JOBID", "FROM", "TO", "WHY"):
+        table.add_column(col)
+    for m in plan.moves:
+        table.add_row(str(m.job_id), m.src, m.dst, m.reason)
+    stdout().print(table, markup=False)
+    print(
+        f"whole nodes free: {plan.free_nodes_before} -> {plan.free_nodes_after};"
+        f" largest free block: {plan.largest_free_before} -> {plan.largest_free_after} GPUs"
+    )
+    if dry_run:
+        print("dry run: nothing recorded")
+    else:
+        print(f"{len(plan.moves)} migration(s) recorded for the daemon")
 
 
 def reasons_table(nodes: list[NodeView]) -> None:

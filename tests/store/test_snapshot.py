@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import insert, select
+from storekit import node, on_gpus, req
 
 from gctl.core.decisions import Place, Queue, Resume, Suspend
 from gctl.core.model import Cluster, JobClass, JobSpec, JobStatus, Node, Priority, ShareMode
 from gctl.core.packing import aggregate_speed
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.core.state import ClusterState
-from gctl.services import db, jobs, nodes, specs
+from gctl.services import db, jobs, nodes
 from gctl.sim.cluster_spec import node_gpus
 from gctl.store import snapshot
 from gctl.store.engine import transaction
@@ -26,45 +26,6 @@ from gctl.store.models import (
     NodeRow,
     ProfileRow,
 )
-
-FP = "SHA256:" + "A" * 43
-
-
-def _req(gpus: int = 1, **kw: object) -> specs.JobRequest:
-    return specs.build(image="train:1", command=["python", "t.py"], gpus=gpus, **kw)  # type: ignore[arg-type]
-
-
-def _node(store: db.Store, name: str, gpus: str = "4xV100-16GB") -> None:
-    nodes.add_node(store, name, f"{name}.lan", emulate_gpus=gpus, host_key_fingerprint=FP)
-
-
-def _on_gpus(
-    store: db.Store,
-    job: int,
-    node: str,
-    indices: Iterable[int],
-    *,
-    since: float,
-    mode: str = "exclusive",
-    state: str = "RUNNING",
-    entered: float | None = None,
-) -> None:
-    """Give a job GPUs and a state as the daemon will: allocation rows plus history."""
-    idx = sorted(indices)
-    with transaction(store.engine, write=True) as s:
-        row = s.get(JobRow, job)
-        assert row is not None
-        row.state = state
-        row.start_time = since
-        s.add(JobStateRow(job_id=job, state="RUNNING", at=since, reason="placed"))
-        if state != "RUNNING":
-            s.add(JobStateRow(job_id=job, state=state, at=entered or since, reason="test"))
-        gpus = s.scalars(
-            select(GpuRow).join(GpuRow.node).where(NodeRow.name == node, GpuRow.index.in_(idx))
-        ).all()
-        assert sorted(g.index for g in gpus) == idx
-        for g in gpus:
-            s.add(AllocationRow(job_id=job, gpu_id=g.id, mode=mode, since=since))
 
 
 def _sample(store: db.Store, job: int, at: float, util: float, mem: int, rate: float) -> None:
@@ -88,11 +49,11 @@ def _id(job: int) -> str:
 
 
 def test_nodes_gpus_and_topology(store: db.Store, tmp_path: Path) -> None:
-    _node(store, "b1")
-    _node(store, "a1")
+    node(store, "b1")
+    node(store, "a1")
     spec = tmp_path / "dgx.toml"
     spec.write_text('[[nodes]]\ngpus = 8\ntopology = "nvlink"\n')
-    _node(store, "dgx", str(spec))
+    node(store, "dgx", str(spec))
     snap = snapshot.read(store.engine, now=time.time())
     assert snap.problems == ()
     assert list(snap.state.nodes) == ["a1", "b1", "dgx"]
@@ -116,17 +77,17 @@ def test_pending_queue_order_held_and_finished_jobs(
     store: db.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GCTL_USER", "ann")
-    _node(store, "a1")
+    node(store, "a1")
     a, b, c, held, cancelled, done, requeued = jobs.submit(
         store,
         [
-            _req(1),
-            _req(2, priority="high"),
-            _req(1),
-            _req(1),
-            _req(1),
-            _req(1),
-            _req(
+            req(1),
+            req(2, priority="high"),
+            req(1),
+            req(1),
+            req(1),
+            req(1),
+            req(
                 2,
                 priority="low",
                 job_class="opportunistic",
@@ -177,18 +138,18 @@ def test_pending_queue_order_held_and_finished_jobs(
 
 
 def test_running_packed_timesliced_and_suspended_jobs(store: db.Store) -> None:
-    _node(store, "a1")
-    _node(store, "a2")
+    node(store, "a1")
+    node(store, "a2")
     big, pk1, pk2, ts1, ts2, solo, waiting = jobs.submit(
-        store, [_req(2), _req(1), _req(1), _req(1), _req(1), _req(4), _req(1)]
+        store, [req(2), req(1), req(1), req(1), req(1), req(4), req(1)]
     )
     t = time.time()
-    _on_gpus(store, big, "a1", (0, 1), since=t + 1)
-    _on_gpus(store, pk1, "a1", (2,), since=t + 10, mode="packed")
-    _on_gpus(store, pk2, "a1", (2,), since=t + 20, mode="packed")
-    _on_gpus(store, ts2, "a1", (3,), since=t + 30, mode="time-sliced", state="SUSPENDED")
-    _on_gpus(store, ts1, "a1", (3,), since=t + 40, mode="time-sliced")
-    _on_gpus(store, solo, "a2", range(4), since=t + 5, state="SUSPENDED", entered=t + 50)
+    on_gpus(store, big, "a1", (0, 1), since=t + 1)
+    on_gpus(store, pk1, "a1", (2,), since=t + 10, mode="packed")
+    on_gpus(store, pk2, "a1", (2,), since=t + 20, mode="packed")
+    on_gpus(store, ts2, "a1", (3,), since=t + 30, mode="time-sliced", state="SUSPENDED")
+    on_gpus(store, ts1, "a1", (3,), since=t + 40, mode="time-sliced")
+    on_gpus(store, solo, "a2", range(4), since=t + 5, state="SUSPENDED", entered=t + 50)
     _sample(store, pk1, t + 15, 0.4, 3000, 10.0)  # alone, before the pack
     _sample(store, pk1, t + 30, 0.7, 3000, 6.0)
     _sample(store, pk2, t + 30, 0.3, 2000, 5.0)
@@ -246,11 +207,11 @@ def test_running_packed_timesliced_and_suspended_jobs(store: db.Store) -> None:
 
 
 def test_drained_node_keeps_its_jobs_and_takes_no_new_placement(store: db.Store) -> None:
-    _node(store, "a1")
-    _node(store, "a2")
-    resident, two, four = jobs.submit(store, [_req(1), _req(2), _req(4)])
+    node(store, "a1")
+    node(store, "a2")
+    resident, two, four = jobs.submit(store, [req(1), req(2), req(4)])
     t = time.time()
-    _on_gpus(store, resident, "a1", (0,), since=t)
+    on_gpus(store, resident, "a1", (0,), since=t)
     nodes.set_admin_state(store, "a1", "drain", "bad fan")
     snap = snapshot.read(store.engine, now=t + 1)
     state = snap.state
@@ -266,11 +227,11 @@ def test_drained_node_keeps_its_jobs_and_takes_no_new_placement(store: db.Store)
 
 
 def test_down_node_gives_its_jobs_back_to_the_queue(store: db.Store) -> None:
-    _node(store, "a1")
-    _node(store, "a2")
-    lost, queued = jobs.submit(store, [_req(2), _req(4)])
+    node(store, "a1")
+    node(store, "a2")
+    lost, queued = jobs.submit(store, [req(2), req(4)])
     t = time.time()
-    _on_gpus(store, lost, "a1", (0, 1), since=t)
+    on_gpus(store, lost, "a1", (0, 1), since=t)
     nodes.set_admin_state(store, "a1", "down", "psu")
     snap = snapshot.read(store.engine, now=t + 5)
     state = snap.state
@@ -286,14 +247,14 @@ def test_down_node_gives_its_jobs_back_to_the_queue(store: db.Store) -> None:
 
 
 def test_rows_the_core_cannot_model_are_reported_and_left_out(store: db.Store) -> None:
-    _node(store, "a1")
+    node(store, "a1")
     ok, no_gpus, pending_on_gpus, overlap, bad_prio = jobs.submit(
-        store, [_req(2), _req(1), _req(1), _req(1), _req(1)]
+        store, [req(2), req(1), req(1), req(1), req(1)]
     )
     t = time.time()
-    _on_gpus(store, ok, "a1", (0, 1), since=t)
-    _on_gpus(store, overlap, "a1", (1,), since=t + 1)
-    _on_gpus(store, pending_on_gpus, "a1", (3,), since=t)
+    on_gpus(store, ok, "a1", (0, 1), since=t)
+    on_gpus(store, overlap, "a1", (1,), since=t + 1)
+    on_gpus(store, pending_on_gpus, "a1", (3,), since=t)
     with transaction(store.engine, write=True) as s:
         for job, st in ((no_gpus, "RUNNING"), (pending_on_gpus, "PENDING")):
             row = s.get(JobRow, job)
@@ -322,11 +283,11 @@ def test_a_policy_pass_written_to_the_store_loads_back_as_the_same_state(
     store: db.Store,
 ) -> None:
     """Round trip: the core places jobs, the store records it as the daemon will, load agrees."""
-    _node(store, "a1")
-    _node(store, "a2")
+    node(store, "a1")
+    node(store, "a2")
     sizes = [(2, "normal"), (2, "normal"), (4, "low"), (1, "high"), (1, "normal"), (2, "normal")]
     sizes += [(1, "low"), (4, "normal"), (1, "normal"), (2, "high"), (8, "normal")]
-    ids = jobs.submit(store, [_req(g, priority=p) for g, p in sizes])
+    ids = jobs.submit(store, [req(g, priority=p) for g, p in sizes])
     with transaction(store.engine, write=False) as s:
         submitted = {i: at for i, at in s.execute(select(JobRow.id, JobRow.submit_time))}
     core = ClusterState(Cluster(tuple(Node(n, node_gpus(4)) for n in ("a1", "a2"))))
@@ -437,7 +398,7 @@ def test_load_time_1000_nodes_10000_pending_jobs(tmp_path: Path) -> None:
                 for g in gpus
             ],
         )
-    jobs.submit(store, [_req(1 + i % 4) for i in range(10_000)])
+    jobs.submit(store, [req(1 + i % 4) for i in range(10_000)])
     started = time.perf_counter()
     snap = snapshot.read(store.engine, now=time.time())
     took = time.perf_counter() - started
