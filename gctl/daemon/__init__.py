@@ -1,0 +1,1 @@
+"""``gctl daemon``: the scheduler core acting on real hosts through the store."""
