@@ -244,7 +244,14 @@ class Engine:
         The per-job host directory is created first and mounted at ``/gctl``.
         Real GPUs are requested by UUID from the NVIDIA runtime; emulated GPUs
         get no device, only the same environment and labels.
+
+        Idempotent: when this run of the job (same name, same job label)
+        already has a container, e.g. started by a daemon that died before
+        recording it, that container's id is returned and nothing starts twice.
         """
+        existing = self._existing(spec)
+        if existing is not None:
+            return existing
         mkdir = self.ssh.run(self.target, ["mkdir", "-p", "--", spec.job_dir])
         if mkdir.rc != 0:
             raise HostError(self.node, f"mkdir {spec.job_dir}: {mkdir.stderr.decode().strip()}")
@@ -269,6 +276,18 @@ class Engine:
             self._call(lambda: api.remove_container(cid, force=True), f"remove {spec.name}")
             raise
         return cid
+
+    def _existing(self, spec: ContainerSpec) -> str | None:
+        try:
+            info = self.api.inspect_container(spec.name)
+        except docker.errors.NotFound:
+            return None
+        except (docker.errors.APIError, requests.RequestException, OSError) as exc:
+            raise HostError(self.node, f"inspect {spec.name}: {exc}") from exc
+        found = _state(info)
+        if found.job_id != spec.job_id:
+            raise HostError(self.node, f"a container named {spec.name} is not job {spec.job_id}'s")
+        return found.id
 
     def pause(self, cid: str) -> None:
         """Freeze the container's processes (time slicing); GPU memory stays allocated."""

@@ -367,3 +367,12 @@ def test_mounts_and_signals(host_store: db.Store, pool: Pool, hosts: dict[str, A
     assert engine.wait(long, timeout=30) == 137
     for cid in (ok, ro, long):
         engine.remove(cid)
+
+
+def test_starting_the_same_run_twice_starts_one_container(host_store: db.Store, pool: Pool) -> None:
+    engine, root = _engine(host_store, pool, "h1")
+    spec = _spec("h1", root, 81, (0,), *TRAIN, "--steps", "100000")
+    first = engine.start(spec)
+    assert engine.start(spec) == first  # e.g. a daemon restarted before recording the start
+    assert [c.id for c in engine.owned() if c.job_id == 81] == [first]
+    engine.remove(first)
