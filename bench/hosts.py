@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "hosts"))
+sys.path[:0] = [str(REPO / "tests" / "hosts"), str(REPO / "tests" / "support")]
 
 import testhosts  # noqa: E402
 

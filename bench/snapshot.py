@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,41 +22,12 @@ from pathlib import Path
 from sqlalchemy import insert, update
 
 from gctl.services import db, jobs, specs
-from gctl.sim.cluster_spec import node_gpus
 from gctl.store import snapshot
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, GpuRow, JobRow, JobStateRow, NodeRow, ProfileRow
+from gctl.store.models import AllocationRow, JobRow, JobStateRow, ProfileRow
 
-
-def _nodes(store: db.Store, count: int) -> dict[tuple[int, int], int]:
-    """``count`` nodes of 8 GPUs (DGX-1 NVLink); GpuRow id per (node number, GPU index)."""
-    gpus = node_gpus(8, topology="nvlink")
-    with transaction(store.engine, write=True) as s:
-        ids = list(
-            s.scalars(
-                insert(NodeRow).returning(NodeRow.id, sort_by_parameter_order=True),
-                [{"name": f"n{i:05d}", "host": f"host{i}"} for i in range(count)],
-            )
-        )
-        gpu_ids = list(
-            s.scalars(
-                insert(GpuRow).returning(GpuRow.id, sort_by_parameter_order=True),
-                [
-                    {
-                        "node_id": node_id,
-                        "index": g.index,
-                        "model": g.type,
-                        "memory_mb": g.memory_mb,
-                        "socket": g.socket,
-                        "pcie_switch": g.pcie_switch,
-                        "nvlink_peers": [list(p) for p in g.nvlink],
-                    }
-                    for node_id in ids
-                    for g in gpus
-                ],
-            )
-        )
-    return {(i // 8, i % 8): gid for i, gid in enumerate(gpu_ids)}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "store"))
+from storekit import bulk_nodes
 
 
 def _submit(store: db.Store, count: int) -> list[int]:
@@ -125,7 +97,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = db.connect(str(Path(tmp) / "snapshot.db"))
         db.upgrade(store)
-        gpu_ids = _nodes(store, args.nodes)
+        gpu_ids = {
+            (i // 8, i % 8): gid for i, gid in enumerate(bulk_nodes(store, args.nodes, "nvlink"))
+        }
         _submit(store, args.jobs)
         took, snap = _median_load(store, args.repeat)
         assert not snap.problems, snap.problems[:3]

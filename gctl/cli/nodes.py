@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
 
@@ -161,12 +162,7 @@ def probe_cmd(
     from gctl.services import probe  # here: the SSH and Docker stack loads only when used
 
     views = probe.probe(store(ctx), names)
-    if json_out:
-        render.emit_json([v.to_dict() for v in views])
-    else:
-        render.probe_table(views)
-    if not all(v.responding for v in views):
-        raise typer.Exit(1)
+    _report(views, render.probe_table, json_out, failed=not all(v.responding for v in views))
 
 
 @app.command("top")
@@ -182,9 +178,23 @@ def top(
     from gctl.services import telemetry  # here: the SSH and Docker stack loads only when used
 
     samples = telemetry.sample(store(ctx), names)
+    _report(samples, render.top, json_out, failed=any(s.error for s in samples))
+
+
+class _Answer(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+A = TypeVar("A", bound=_Answer)
+
+
+def _report(
+    answers: list[A], table: Callable[[list[A]], None], json_out: bool, *, failed: bool
+) -> None:
+    """Every host's answer (a table or JSON); exit 1 when any host did not answer."""
     if json_out:
-        render.emit_json([s.to_dict() for s in samples])
+        render.emit_json([a.to_dict() for a in answers])
     else:
-        render.top(samples)
-    if any(s.error for s in samples):
+        table(answers)
+    if failed:
         raise typer.Exit(1)

@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 
 from gctl.core.decisions import Decision, Place, Queue, Resume, Suspend
 from gctl.core.model import GpuRef
-from gctl.hosts.engine import ContainerSpec, Engine, Mount
+from gctl.hosts.engine import ContainerSpec, Engine
+from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import events, hostops
 from gctl.services.db import Store
@@ -134,7 +135,7 @@ class Applier:
                     job_dir=hostops.job_dir(node_row, row.id),
                     emulated=node_row.emulated,
                     env=dict(row.env),
-                    mounts=tuple(Mount(m["src"], m["dst"], m["read_only"]) for m in row.mounts),
+                    mounts=tuple(Mount(**m) for m in row.mounts),
                     cpuset=hostops.cpuset([g for g in gpus if g]),
                     gpu_mem_mb=row.gpu_mem_mb,
                 )
@@ -153,8 +154,8 @@ class Applier:
         row = self._row(s, d.job_id)
         for node in {n for n, _ in self.snap.state.jobs[d.job_id].gpus}:
             engine = self.engine(s, node)
-            for c in engine.owned():
-                if c.job_id == row.id and c.running:
+            for c in engine.owned(row.id):
+                if c.running:
                     (engine.pause if isinstance(d, Suspend) else engine.unpause)(c.id)
         state = "SUSPENDED" if isinstance(d, Suspend) else "RUNNING"
         set_state(s, row, state, d.reason)

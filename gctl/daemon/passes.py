@@ -13,7 +13,7 @@ from sqlalchemy import delete, select
 
 from gctl.core.policy import Policy
 from gctl.daemon.apply import Applied, Applier
-from gctl.hosts.engine import ContainerState, Engine
+from gctl.hosts.engine import ContainerState
 from gctl.hosts.ssh import HostError, Pool, fan_out
 from gctl.services import events, hostops
 from gctl.services.db import Store
@@ -38,21 +38,27 @@ def finish_exited(store: Store, pool: Pool) -> list[int]:
         ).all()
         engines = {r.name: hostops.engine(pool, r) for r in rows}
 
-    def owned(name: str) -> list[ContainerState]:
-        return engines[name].owned()
-
     try:
-        seen = fan_out([e.target for e in engines.values()], lambda t: owned(t.node))
+        seen = fan_out([e.target for e in engines.values()], lambda t: engines[t.node].owned())
+        by_job: dict[int, list[tuple[str, ContainerState]]] = defaultdict(list)
+        for node, got in seen.items():
+            for c in [] if isinstance(got, HostError) else got:
+                if c.job_id is not None:
+                    by_job[c.job_id].append((node, c))
+        finished = _record_ends(store, by_job)
+        # The ended containers go; a removal that fails is found and retried next pass.
+        for job_id in finished:
+            for node, c in by_job[job_id]:
+                with contextlib.suppress(HostError):
+                    engines[node].remove(c.id)
     finally:
         for e in engines.values():
             e.close()
-    by_job: dict[int, list[tuple[str, ContainerState]]] = defaultdict(list)
-    for node, got in seen.items():
-        if isinstance(got, HostError):
-            continue
-        for c in got:
-            if c.job_id is not None:
-                by_job[c.job_id].append((node, c))
+    return finished
+
+
+def _record_ends(store: Store, by_job: dict[int, list[tuple[str, ContainerState]]]) -> list[int]:
+    """Store the end of every job on GPUs whose containers have all exited; their ids."""
     finished: list[int] = []
     with transaction(store.engine, write=True) as s:
         for job_id, containers in by_job.items():
@@ -72,22 +78,7 @@ def finish_exited(store: Store, pool: Pool) -> list[int]:
             s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
             events.record(s, "job.end", f"job {job_id} {row.state.lower()}: {why}", job_id=job_id)
             finished.append(job_id)
-    _remove(pool, store, {j: by_job[j] for j in finished})
     return finished
-
-
-def _remove(pool: Pool, store: Store, done: dict[int, list[tuple[str, ContainerState]]]) -> None:
-    """Remove the finished containers (their output stays in the job directory's logs)."""
-    with transaction(store.engine, write=False) as s:
-        rows = {r.name: r for r in s.scalars(select(NodeRow))}
-        engines: dict[str, Engine] = {}
-        for containers in done.values():
-            for node, c in containers:
-                engines.setdefault(node, hostops.engine(pool, rows[node]))
-                with contextlib.suppress(HostError):  # found again and retried next pass
-                    engines[node].remove(c.id)
-    for e in engines.values():
-        e.close()
 
 
 def reactive_pass(store: Store, pool: Pool, policy: Policy, now: float) -> Applied:

@@ -25,6 +25,7 @@ import urllib3.connectionpool
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.types import DeviceRequest, HostConfig
 
+from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
 
 LABEL_JOB = "gctl.job"
@@ -40,15 +41,6 @@ _BASE_URL = "tcp://docker-engine.gctl.invalid:2375"
 """A placeholder for docker-py's constructor; replaced by :data:`_SSH_BASE_URL`."""
 _SSH_BASE_URL = "http+docker://ssh"
 """The base URL docker-py gives its own SSH transport; requests to it go to our adapter."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """A host path bound into the container."""
-
-    src: str
-    dst: str
-    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,11 +320,10 @@ class Engine:
         )
         yield from stream
 
-    def owned(self) -> list[ContainerState]:
-        """Every container on the host that gctl started (running or not), for reconcile."""
-        found = self._call(
-            lambda: self.api.containers(all=True, filters={"label": LABEL_JOB}), "list"
-        )
+    def owned(self, job_id: int | None = None) -> list[ContainerState]:
+        """Containers gctl started on the host (running or not), or only one job's."""
+        label = LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}"
+        found = self._call(lambda: self.api.containers(all=True, filters={"label": label}), "list")
         return [self.state(str(c["Id"])) for c in found]
 
     def close(self) -> None:

@@ -356,6 +356,26 @@ def _link_word(pcie: str, nvlinks: int) -> str:
 # --- nvidia-smi output parsers -----------------------------------------------
 
 
+def _gpu_rows(
+    text: str, columns: Sequence[str], numbers: Sequence[str]
+) -> list[tuple[dict[str, Any], list[str]]]:
+    """CSV rows that start with a GPU index, by index, as (dict, the cells past ``columns``).
+
+    The dict is keyed ``index`` and ``columns``; columns named in ``numbers``
+    become ints (None for ``[N/A]``). Lines that are not GPU rows are skipped.
+    """
+    rows = []
+    for cells in _csv_rows(text, len(columns) + 1):
+        index = _int_or_none(cells[0])
+        if index is None:
+            continue
+        row: dict[str, Any] = {"index": index}
+        for k, name in enumerate(columns, 1):
+            row[name] = _int_or_none(cells[k]) if name in numbers else cells[k]
+        rows.append((row, cells[len(columns) + 1 :]))
+    return sorted(rows, key=lambda r: int(r[0]["index"]))
+
+
 def parse_query_gpu(text: str) -> list[dict[str, Any]]:
     """Parse :data:`QUERY_GPU_ARGS` output: one dict per GPU, by index.
 
@@ -364,40 +384,16 @@ def parse_query_gpu(text: str) -> list[dict[str, Any]]:
     the same query without it). Lines that are not GPU rows are skipped.
     """
     gpus = []
-    for cells in _csv_rows(text, 5):
-        index = _int_or_none(cells[0])
-        if index is None:
-            continue
-        gpus.append(
-            {
-                "index": index,
-                "uuid": cells[1],
-                "model": cells[2],
-                "memory_mb": _int_or_none(cells[3]),
-                "pci_bus_id": cells[4],
-                "driver": cells[5] if len(cells) > 5 and cells[5] not in _NOT_AVAILABLE else None,
-            }
-        )
-    return sorted(gpus, key=lambda g: int(g["index"]))
+    for row, extra in _gpu_rows(text, ("uuid", "model", "memory_mb", "pci_bus_id"), ("memory_mb",)):
+        row["driver"] = extra[0] if extra and extra[0] not in _NOT_AVAILABLE else None
+        gpus.append(row)
+    return gpus
 
 
 def parse_query_usage(text: str) -> list[dict[str, Any]]:
     """Parse :data:`QUERY_USAGE_ARGS` output into telemetry GPU dicts, by index."""
-    gpus = []
-    for cells in _csv_rows(text, 5):
-        index = _int_or_none(cells[0])
-        if index is None:
-            continue
-        gpus.append(
-            {
-                "index": index,
-                "uuid": cells[1],
-                "util_percent": _int_or_none(cells[2]),
-                "memory_used_mb": _int_or_none(cells[3]),
-                "memory_total_mb": _int_or_none(cells[4]),
-            }
-        )
-    return sorted(gpus, key=lambda g: int(g["index"]))
+    numbers = ("util_percent", "memory_used_mb", "memory_total_mb")
+    return [row for row, _ in _gpu_rows(text, ("uuid", *numbers), numbers)]
 
 
 def parse_compute_apps(text: str) -> list[dict[str, Any]]:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gctl.hosts import gpu_probe
 from gctl.hosts.engine import Engine
-from gctl.hosts.ssh import HostError, Pool, Target
-from gctl.services.nodes import DEFAULT_SSH_PORT, DEFAULT_WORK_DIR
+from gctl.hosts.ssh import HostError, Pool, Target, fan_out
+from gctl.services.db import Store
+from gctl.services.nodes import DEFAULT_SSH_PORT, DEFAULT_WORK_DIR, named_rows
+from gctl.store.engine import transaction
 from gctl.store.models import GpuRow, NodeRow
+
+T = TypeVar("T")
 
 _SCRIPT = Path(gpu_probe.__file__).read_bytes()
 """The GPU probe's own source, sent to the host's ``python3 -``."""
@@ -29,6 +35,65 @@ def target(row: NodeRow) -> Target:
         key_path=row.key_path,
         fingerprint=row.host_key_fingerprint,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HostGpu:
+    """A GPU as the store records it."""
+
+    index: int
+    model: str
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """What work on a node's host needs from the store, read before the host is contacted."""
+
+    target: Target
+    docker_host: str | None
+    emulated: bool
+    gpus: tuple[HostGpu, ...]
+
+    @property
+    def name(self) -> str:
+        """The node's name."""
+        return self.target.node
+
+    def engine(self, pool: Pool) -> Engine:
+        """The host's Docker engine over the pool's connection."""
+        return Engine(pool, self.target, docker_host=self.docker_host)
+
+
+def each_host(
+    store: Store,
+    names: list[str] | None,
+    call: Callable[[Pool, Host], T],
+    *,
+    pool: Pool | None = None,
+) -> list[tuple[Host, T | HostError]]:
+    """``call`` on the named nodes' hosts (default: all) at once; each host's answer or error.
+
+    The store is read first and released before any host is contacted. A
+    pool of one's own is made (and closed) when none is given.
+    """
+    with transaction(store.engine, write=False) as s:
+        hosts = {
+            r.name: Host(
+                target(r),
+                r.docker_host,
+                r.emulated,
+                tuple(HostGpu(g.index, g.model, g.memory_mb) for g in r.gpus),
+            )
+            for r in named_rows(s, names)
+        }
+    ssh = pool or Pool()
+    try:
+        got = fan_out([h.target for h in hosts.values()], lambda t: call(ssh, hosts[t.node]))
+    finally:
+        if pool is None:
+            ssh.close()
+    return [(h, got[name]) for name, h in hosts.items()]
 
 
 def engine(pool: Pool, row: NodeRow) -> Engine:

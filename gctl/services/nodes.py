@@ -252,12 +252,17 @@ def list_nodes(
 ) -> list[NodeView]:
     """Every node (or the named ones), by name; with their GPUs when ``detail``."""
     with transaction(store.engine, write=False) as s:
-        q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
-        if names:
-            q = q.where(NodeRow.name.in_(names))
-        rows = list(s.scalars(q))
-        check_all_found(names, [r.name for r in rows])
-        return _views(s, rows, detail=detail)
+        return _views(s, named_rows(s, names), detail=detail)
+
+
+def named_rows(s: Session, names: list[str] | None) -> list[NodeRow]:
+    """The named nodes (default: all) by name, GPUs loaded; NotFound for a name not stored."""
+    q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
+    if names:
+        q = q.where(NodeRow.name.in_(names))
+    rows = list(s.scalars(q))
+    _check_all_found(names, [r.name for r in rows])
+    return rows
 
 
 def show_node(store: Store, name: str) -> NodeView:
@@ -311,8 +316,7 @@ def _get(s: Session, name: str) -> NodeRow:
     return row
 
 
-def check_all_found(asked: list[str] | None, found: list[str]) -> None:
-    """NotFound naming the first asked-for node that is not stored."""
+def _check_all_found(asked: list[str] | None, found: list[str]) -> None:
     missing = sorted(set(asked or ()) - set(found))
     if missing:
         raise NotFound(f"unknown node {missing[0]!r}")

@@ -18,20 +18,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.hosts import gpu_probe
-from gctl.hosts.engine import Engine
-from gctl.hosts.ssh import HostError, Pool, Target, fan_out
+from gctl.hosts.ssh import HostError, Pool
 from gctl.services import events, hostops, nodes
 from gctl.services.db import Store
 from gctl.store.engine import transaction
 from gctl.store.models import GpuRow, NodeRow, now
-
-
-@dataclass(frozen=True, slots=True)
-class _Ask:
-    name: str
-    target: Target
-    docker_host: str | None
-    emulated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,34 +59,20 @@ def probe(
     store: Store, names: list[str] | None = None, *, pool: Pool | None = None
 ) -> list[ProbeView]:
     """Probe the named nodes (default: all) concurrently and record what they said."""
-    with transaction(store.engine, write=False) as s:
-        q = select(NodeRow).order_by(NodeRow.name)
-        if names:
-            q = q.where(NodeRow.name.in_(names))
-        rows = list(s.scalars(q))
-        nodes.check_all_found(names, [r.name for r in rows])
-        asks = [_Ask(r.name, hostops.target(r), r.docker_host, r.emulated) for r in rows]
-    own = pool is None
-    ssh = pool or Pool()
-    try:
-        answers = fan_out([a.target for a in asks], lambda t: _ask(ssh, _by_node(asks, t.node)))
-    finally:
-        if own:
-            ssh.close()
+    answers = hostops.each_host(store, names, _ask, pool=pool)
     with transaction(store.engine, write=True) as s:
-        for ask in asks:
-            _record(s, ask, answers[ask.name])
-    views = {v.name: v for v in nodes.list_nodes(store, [a.name for a in asks], detail=True)}
+        for host, got in answers:
+            _record(s, host, got)
+    views = {v.name: v for v in nodes.list_nodes(store, [h.name for h, _ in answers], detail=True)}
     out = []
-    for ask in asks:
-        got = answers[ask.name]
+    for host, got in answers:
         ok = isinstance(got, _Answer)
-        source = "emulated" if ask.emulated else "unknown"
+        source = "emulated" if host.emulated else "unknown"
         if isinstance(got, _Answer) and got.inventory is not None:
             source = str(got.inventory.get("source", "unknown"))
         out.append(
             ProbeView(
-                node=views[ask.name],
+                node=views[host.name],
                 responding=ok,
                 error=None if isinstance(got, _Answer) else str(got),
                 source=source,
@@ -106,25 +83,21 @@ def probe(
     return out
 
 
-def _by_node(asks: list[_Ask], name: str) -> _Ask:
-    return next(a for a in asks if a.name == name)
-
-
-def _ask(pool: Pool, ask: _Ask) -> _Answer:
+def _ask(pool: Pool, host: hostops.Host) -> _Answer:
     """SSH in, check the Docker engine, and (for real GPUs) run the inventory on the host."""
     start = time.monotonic()
-    engine = Engine(pool, ask.target, docker_host=ask.docker_host)
+    engine = host.engine(pool)
     try:
         version = str(engine.info().get("ServerVersion", "?"))
     finally:
         engine.close()
-    inventory = None if ask.emulated else hostops.gpu_script(pool, ask.target, "inventory")
+    inventory = None if host.emulated else hostops.gpu_script(pool, host.target, "inventory")
     return _Answer(version, inventory, time.monotonic() - start)
 
 
-def _record(s: Session, ask: _Ask, got: _Answer | HostError) -> None:
+def _record(s: Session, host: hostops.Host, got: _Answer | HostError) -> None:
     row = s.scalar(
-        select(NodeRow).options(selectinload(NodeRow.gpus)).where(NodeRow.name == ask.name)
+        select(NodeRow).options(selectinload(NodeRow.gpus)).where(NodeRow.name == host.name)
     )
     if row is None:  # removed while we probed
         return

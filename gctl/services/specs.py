@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gctl.hosts.mounts import Mount
+
 PRIORITIES = ("low", "normal", "high")
 CLASSES = ("production", "opportunistic")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
@@ -26,15 +28,6 @@ _MEM_MB = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 10
 
 class SpecError(ValueError):
     """A job spec value that cannot be used; the message names the field."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """A host path mounted into the job's container."""
-
-    src: str
-    dst: str
-    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,18 +16,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import selectinload
-
-from gctl.hosts.engine import LABEL_GPU_MEM, ContainerState, Engine
-from gctl.hosts.ssh import Pool, Target, fan_out
-from gctl.services import hostops, nodes
+from gctl.hosts.engine import LABEL_GPU_MEM, ContainerState
+from gctl.hosts.ssh import Pool
+from gctl.services import hostops
 from gctl.services.db import Store
-from gctl.store.engine import transaction
-from gctl.store.models import NodeRow
+from gctl.services.hostops import Host
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +39,8 @@ class GpuSample:
     emulated: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form with stable keys."""
-        return {
-            "index": self.index,
-            "model": self.model,
-            "util_percent": self.util_percent,
-            "memory_used_mb": self.memory_used_mb,
-            "memory_total_mb": self.memory_total_mb,
-            "jobs": list(self.jobs),
-            "emulated": self.emulated,
-        }
+        """JSON form: the fields, by name."""
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +56,8 @@ class JobSample:
     emulated: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form with stable keys."""
-        return {
-            "job_id": self.job_id,
-            "container": self.container,
-            "status": self.status,
-            "gpus": list(self.gpus),
-            "util_percent": self.util_percent,
-            "memory_mb": self.memory_mb,
-            "emulated": self.emulated,
-        }
+        """JSON form: the fields, by name."""
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,66 +82,25 @@ class NodeSample:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class GpuInfo:
-    """A GPU as the store records it."""
-
-    index: int
-    model: str
-    memory_mb: int
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """What sampling needs to know of a node, read from the store."""
-
-    target: Target
-    docker_host: str | None
-    emulated: bool
-    gpus: tuple[GpuInfo, ...]
-
-
 def sample(
     store: Store, names: list[str] | None = None, *, pool: Pool | None = None
 ) -> list[NodeSample]:
     """Sample the named nodes (default: all) concurrently."""
-    with transaction(store.engine, write=False) as s:
-        q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
-        if names:
-            q = q.where(NodeRow.name.in_(names))
-        rows = list(s.scalars(q))
-        nodes.check_all_found(names, [r.name for r in rows])
-        asks = {
-            r.name: NodeInfo(
-                hostops.target(r),
-                r.docker_host,
-                r.emulated,
-                tuple(GpuInfo(g.index, g.model, g.memory_mb) for g in r.gpus),
-            )
-            for r in rows
-        }
-    own = pool is None
-    ssh = pool or Pool()
-    try:
-        got = fan_out([a.target for a in asks.values()], lambda t: _one(ssh, asks[t.node]))
-    finally:
-        if own:
-            ssh.close()
     return [
-        res if isinstance(res, NodeSample) else NodeSample(name, str(res), "-", (), ())
-        for name, res in got.items()
+        got if isinstance(got, NodeSample) else NodeSample(host.name, str(got), "-", (), ())
+        for host, got in hostops.each_host(store, names, _one, pool=pool)
     ]
 
 
-def _one(pool: Pool, node: NodeInfo) -> NodeSample:
-    engine = Engine(pool, node.target, docker_host=node.docker_host)
+def _one(pool: Pool, host: Host) -> NodeSample:
+    engine = host.engine(pool)
     try:
         containers = [c for c in engine.owned() if c.running and c.job_id is not None]
     finally:
         engine.close()
-    if node.emulated:
-        return attribute_emulated(node, containers)
-    return attribute_measured(node, containers, hostops.gpu_script(pool, node.target, "telemetry"))
+    if host.emulated:
+        return attribute_emulated(host, containers)
+    return attribute_measured(host, containers, hostops.gpu_script(pool, host.target, "telemetry"))
 
 
 def _on_gpu(containers: list[ContainerState]) -> dict[int, list[ContainerState]]:
@@ -187,7 +126,7 @@ def _job_util(
     return round(sum(parts) / len(parts), 1) if parts else None
 
 
-def attribute_emulated(node: NodeInfo, containers: list[ContainerState]) -> NodeSample:
+def attribute_emulated(node: Host, containers: list[ContainerState]) -> NodeSample:
     """Figures for emulated GPUs, derived from the job containers on them."""
     on_gpu = _on_gpu(containers)
     busy = _on_gpu([c for c in containers if not c.paused])
@@ -216,7 +155,7 @@ def attribute_emulated(node: NodeInfo, containers: list[ContainerState]) -> Node
         )
         for c in containers
     )
-    return NodeSample(node.target.node, None, "emulated", gpus, jobs)
+    return NodeSample(node.name, None, "emulated", gpus, jobs)
 
 
 def _total(per_gpu: int | None, gpus: int) -> int | None:
@@ -229,7 +168,7 @@ def _asked_mb(c: ContainerState) -> int | None:
 
 
 def attribute_measured(
-    node: NodeInfo, containers: list[ContainerState], doc: dict[str, Any]
+    node: Host, containers: list[ContainerState], doc: dict[str, Any]
 ) -> NodeSample:
     """A host's measured telemetry (``gpu_probe.telemetry``) with its use tied to jobs."""
     by_index = {int(g["index"]): g for g in doc.get("gpus", [])}
@@ -267,4 +206,4 @@ def attribute_measured(
         )
         for c in containers
     )
-    return NodeSample(node.target.node, None, str(doc.get("source")), gpus, jobs)
+    return NodeSample(node.name, None, str(doc.get("source")), gpus, jobs)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gctl.hosts.engine import ContainerSpec, Mount, host_config
+from gctl.hosts.engine import ContainerSpec, host_config
+from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import command_line
 
 

@@ -53,6 +53,17 @@ ID_B = "0123456789abcdef" * 4
 ID_C = "fedcba9876543210" * 4
 
 
+NO_GPUS = {
+    "source": "none",
+    "driver": None,
+    "gpus": [],
+    "links": [],
+    "pcie_links": None,
+    "error": NO_GPU_TOOLS,
+}
+"""The inventory of a host with neither NVML nor nvidia-smi."""
+
+
 def sample(name: str) -> str:
     return (DATA / name).read_text()
 
@@ -265,14 +276,7 @@ def test_nvml_failing_falls_back_to_nvidia_smi() -> None:
 
 
 def test_no_nvml_and_no_nvidia_smi_is_no_gpus() -> None:
-    assert inventory(nvml=False, run=no_smi) == {
-        "source": "none",
-        "driver": None,
-        "gpus": [],
-        "links": [],
-        "pcie_links": None,
-        "error": NO_GPU_TOOLS,
-    }
+    assert inventory(nvml=False, run=no_smi) == NO_GPUS
     assert telemetry(nvml=False, run=no_smi) == {
         "source": "none",
         "gpus": [],
@@ -747,14 +751,7 @@ def write_fake_nvidia_smi(path: Path, host: str) -> None:
 def test_script_is_standalone_and_says_none_without_gpu_tools(tmp_path: Path) -> None:
     rc, doc, _ = run_probe(tmp_path, "inventory")
     assert rc == 0
-    assert doc == {
-        "source": "none",
-        "driver": None,
-        "gpus": [],
-        "links": [],
-        "pcie_links": None,
-        "error": NO_GPU_TOOLS,
-    }
+    assert doc == NO_GPUS
     rc, doc, _ = run_probe(tmp_path, "telemetry")
     assert rc == 0
     assert doc == {"source": "none", "gpus": [], "processes": [], "error": NO_GPU_TOOLS}

@@ -18,7 +18,8 @@ import testhosts
 from clikit import run
 from sqlalchemy import select
 
-from gctl.hosts.engine import ContainerSpec, Engine, Mount
+from gctl.hosts.engine import ContainerSpec, Engine
+from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import CommandTimeout, HostError, HostKeyMismatch, Pool, Target
 from gctl.services import db, hostops
 from gctl.store.engine import transaction

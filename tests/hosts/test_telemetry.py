@@ -9,7 +9,8 @@ from gctl.hosts.engine import LABEL_GPUS, LABEL_JOB, ContainerState
 from gctl.hosts.fake_nvml import FakeNVML
 from gctl.hosts.ssh import Target
 from gctl.services import hostops
-from gctl.services.telemetry import GpuInfo, NodeInfo, attribute_measured
+from gctl.services.hostops import Host, HostGpu
+from gctl.services.telemetry import attribute_measured
 from gctl.store.models import GpuRow
 
 CID_A = "a" * 64
@@ -46,8 +47,8 @@ def test_measured_use_is_split_among_the_jobs_on_each_gpu(tmp_path: Path) -> Non
     _proc(tmp_path, 202, CID_B)
     _proc(tmp_path, 203, CID_B)
     doc = gpu_probe.telemetry(nvml, proc_root=str(tmp_path))
-    node = NodeInfo(
-        Target("h1", "x"), None, False, (GpuInfo(0, "V100", 16384), GpuInfo(1, "V100", 16384))
+    node = Host(
+        Target("h1", "x"), None, False, (HostGpu(0, "V100", 16384), HostGpu(1, "V100", 16384))
     )
     got = attribute_measured(node, [_container(CID_A, 1, "0"), _container(CID_B, 2, "0,1")], doc)
     assert got.source == "nvml" and got.error is None

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 import testhosts
+from scriptkit import REPO_ROOT
 
-TRAIN_PY = testhosts.REPO_ROOT / "scripts" / "testimage" / "train.py"
+TRAIN_PY = REPO_ROOT / "scripts" / "testimage" / "train.py"
 
 
 # ---------------------------------------------------------------- the hosts

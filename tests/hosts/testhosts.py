@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 from typing import Any
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "scripts" / "testhosts.sh"
+from scriptkit import run_script
 
 # Generous: the first start on a fresh machine may apt-get install openssh-server
 # and docker.io, and builds the job image.
@@ -30,23 +28,7 @@ OTHER_TIMEOUT_S = 120.0
 
 def _run(args: list[str], timeout: float) -> str:
     """Run ``testhosts.sh ARGS...`` and return its stdout; RuntimeError on failure."""
-    cmd = [str(SCRIPT), *args]
-    what = " ".join(["testhosts.sh", *args])
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"{what} failed: {exc}") from exc
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} exited {proc.returncode}:\n{proc.stderr.strip()}")
-    return proc.stdout
+    return run_script("testhosts.sh", args, timeout)
 
 
 def _last_json(out: str, what: str) -> dict[str, Any]:

@@ -10,10 +10,8 @@ Plain functions (no fixtures) so a conftest can wrap them however it likes::
 from __future__ import annotations
 
 import pathlib
-import subprocess
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "scripts" / "testpg.sh"
+from scriptkit import run_script
 
 # Generous: the first start on a fresh machine may apt-get install postgresql.
 START_TIMEOUT_S = 600.0
@@ -22,24 +20,7 @@ STOP_TIMEOUT_S = 60.0
 
 def _run(action: str, tmpdir: pathlib.Path, timeout: float) -> str:
     """Run ``testpg.sh ACTION TMPDIR`` and return its stdout; RuntimeError on failure."""
-    cmd = [str(SCRIPT), action, str(tmpdir)]
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"testpg.sh {action} {tmpdir} failed: {exc}") from exc
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"testpg.sh {action} {tmpdir} exited {proc.returncode}:\n{proc.stderr.strip()}"
-        )
-    return proc.stdout
+    return run_script("testpg.sh", [action, str(tmpdir)], timeout)
 
 
 def start(tmpdir: pathlib.Path) -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from gctl.services import db, nodes, specs
+from gctl.sim.cluster_spec import node_gpus
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, JobStateRow, NodeRow
 
@@ -48,3 +49,33 @@ def on_gpus(
         assert sorted(g.index for g in gpus) == idx
         for g in gpus:
             s.add(AllocationRow(job_id=job, gpu_id=g.id, mode=mode, since=since))
+
+
+def bulk_nodes(store: db.Store, count: int, topology: str = "pcie") -> list[int]:
+    """``count`` nodes of 8 GPUs inserted in bulk; GpuRow ids in (node, GPU index) order."""
+    gpus = node_gpus(8, topology=topology)
+    with transaction(store.engine, write=True) as s:
+        ids = list(
+            s.scalars(
+                insert(NodeRow).returning(NodeRow.id, sort_by_parameter_order=True),
+                [{"name": f"n{i:05d}", "host": f"host{i}"} for i in range(count)],
+            )
+        )
+        return list(
+            s.scalars(
+                insert(GpuRow).returning(GpuRow.id, sort_by_parameter_order=True),
+                [
+                    {
+                        "node_id": node_id,
+                        "index": g.index,
+                        "model": g.type,
+                        "memory_mb": g.memory_mb,
+                        "socket": g.socket,
+                        "pcie_switch": g.pcie_switch,
+                        "nvlink_peers": [list(p) for p in g.nvlink],
+                    }
+                    for node_id in ids
+                    for g in gpus
+                ],
+            )
+        )

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, select
-from storekit import node, on_gpus, req
+from sqlalchemy import select
+from storekit import bulk_nodes, node, on_gpus, req
 
 from gctl.core.decisions import Place, Queue, Resume, Suspend
 from gctl.core.model import Cluster, JobClass, JobSpec, JobStatus, Node, Priority, ShareMode
@@ -374,30 +374,7 @@ def test_load_time_1000_nodes_10000_pending_jobs(tmp_path: Path) -> None:
     """Not a speed check (bench/snapshot.py is): prints how long a big load takes."""
     store = db.connect(str(tmp_path / "big.db"))
     db.upgrade(store)
-    gpus = node_gpus(8)
-    with transaction(store.engine, write=True) as s:
-        ids = list(
-            s.scalars(
-                insert(NodeRow).returning(NodeRow.id, sort_by_parameter_order=True),
-                [{"name": f"n{i:04d}", "host": f"10.0.{i // 250}.{i % 250}"} for i in range(1000)],
-            )
-        )
-        s.execute(
-            insert(GpuRow),
-            [
-                {
-                    "node_id": node_id,
-                    "index": g.index,
-                    "model": g.type,
-                    "memory_mb": g.memory_mb,
-                    "socket": g.socket,
-                    "pcie_switch": g.pcie_switch,
-                    "nvlink_peers": [list(p) for p in g.nvlink],
-                }
-                for node_id in ids
-                for g in gpus
-            ],
-        )
+    bulk_nodes(store, 1000)
     jobs.submit(store, [req(1 + i % 4) for i in range(10_000)])
     started = time.perf_counter()
     snap = snapshot.read(store.engine, now=time.time())
