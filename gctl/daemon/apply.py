@@ -126,7 +126,7 @@ class Applier:
             self.engine(s, node).start(
                 ContainerSpec(
                     job_id=row.id,
-                    attempt=row.restarts,
+                    attempt=row.attempt,
                     node=node,
                     image=row.image,
                     command=tuple(row.command),

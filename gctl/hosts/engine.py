@@ -29,6 +29,7 @@ from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
 
 LABEL_JOB = "gctl.job"
+LABEL_ATTEMPT = "gctl.attempt"
 LABEL_NODE = "gctl.node"
 LABEL_GPUS = "gctl.gpus"
 LABEL_GPU_UUIDS = "gctl.gpu-uuids"
@@ -90,6 +91,7 @@ class ContainerSpec:
         """Labels that let gctl find and recognise its containers on a host."""
         labels = {
             LABEL_JOB: str(self.job_id),
+            LABEL_ATTEMPT: str(self.attempt),
             LABEL_NODE: self.node,
             LABEL_GPUS: ",".join(map(str, self.gpu_indices)),
             LABEL_GPU_UUIDS: ",".join(self.gpu_uuids),
@@ -118,6 +120,12 @@ class ContainerState:
     def job_id(self) -> int | None:
         """The gctl job the container runs, if it is one of gctl's."""
         value = self.labels.get(LABEL_JOB)
+        return int(value) if value and value.isdigit() else None
+
+    @property
+    def attempt(self) -> int | None:
+        """The job's container generation this container belongs to."""
+        value = self.labels.get(LABEL_ATTEMPT)
         return int(value) if value and value.isdigit() else None
 
     @property

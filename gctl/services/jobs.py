@@ -154,6 +154,7 @@ def _row_values(req: JobRequest, user: str, at: float) -> dict[str, Any]:
         "state": "PENDING",
         "held": False,
         "restarts": 0,
+        "attempt": 0,
         "submit_time": at,
     }
 

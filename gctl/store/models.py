@@ -124,6 +124,13 @@ class JobRow(Base):
     end_time: Mapped[float | None]
     exit_code: Mapped[int | None]
     restarts: Mapped[int] = mapped_column(default=0)
+    # Container generation: every (re)start from a checkpoint gets a new one,
+    # so containers are named gctl-<id>-<attempt> and never clash.
+    attempt: Mapped[int] = mapped_column(default=0)
+    mechanism: Mapped[str | None] = mapped_column(String(16))
+    # The daemon's unfinished multi-step operation on the job (a checkpoint
+    # move), written before its first host action so a restart can finish it.
+    op: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", cascade="all, delete-orphan"
@@ -144,6 +151,22 @@ class AllocationRow(Base):
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")
     gpu: Mapped[GpuRow] = relationship()
+
+
+class DaemonLeaseRow(Base):
+    """The one daemon allowed to act on this store, and when it last said it is alive.
+
+    A single row (id 1). A daemon takes it when it is free or its holder's
+    heartbeat is older than the lease time, and renews it every pass.
+    """
+
+    __tablename__ = "daemon_lease"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int]
+    started_at: Mapped[float]
+    heartbeat_at: Mapped[float]
 
 
 class JobStateRow(Base):
