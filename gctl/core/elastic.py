@@ -17,6 +17,7 @@ def _resizable(state: ClusterState, js: JobState) -> bool:
     key = js.gpus
     return (
         js.status is JobStatus.RUNNING
+        and js.spec.can_checkpoint
         and len(state.groups.get(key, ())) == 1
         and bool(key)
         and key[0][0] == key[-1][0]

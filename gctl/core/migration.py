@@ -17,6 +17,11 @@ def _move(state: ClusterState, job_id: str, dst: GroupKey, now: float, why: str)
     return state.commit([Migrate(job_id, src, dst, why)], now)
 
 
+def _movable(js: JobState) -> bool:
+    """A running job that can checkpoint (a job that cannot is never moved)."""
+    return js.status is JobStatus.RUNNING and js.spec.can_checkpoint
+
+
 def unslice(state: ClusterState, now: float) -> list[Decision]:
     """Move time-sliced jobs onto free GPUs, highest priority and oldest first.
 
@@ -31,7 +36,9 @@ def unslice(state: ClusterState, now: float) -> list[Decision]:
             if size > state.total_free:
                 break
             js = state.next_waiting(size)
-            if js is None or next(state.nodes_with_free(size), None) is None:
+            if js is None or not js.spec.can_checkpoint:
+                continue
+            if next(state.nodes_with_free(size), None) is None:
                 continue
             if best is None or (-js.spec.priority, js.seq) < (-best.spec.priority, best.seq):
                 best = js
@@ -53,7 +60,7 @@ def regroup(state: ClusterState, now: float, max_moves: int) -> list[Decision]:
         if len(out) >= max_moves:
             break
         members = state.groups[key]
-        if len(members) != 1 or state.jobs[members[0]].status is not JobStatus.RUNNING:
+        if len(members) != 1 or not _movable(state.jobs[members[0]]):
             continue
         dst = free_set(state, len(key), span=False)
         if dst is None:
@@ -82,7 +89,7 @@ def defragment(state: ClusterState, now: float, threshold: int, max_moves: int) 
             members = state.groups[key]
             if len(members) != 1 or key[0][0] != key[-1][0]:
                 continue
-            if state.jobs[members[0]].status is not JobStatus.RUNNING:
+            if not _movable(state.jobs[members[0]]):
                 continue
             dst = _fuller_home(state, src, key)
             if dst is None:

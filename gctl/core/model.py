@@ -79,7 +79,9 @@ class JobSpec:
     """What a user asked for.
 
     ``elastic_min``/``elastic_max`` are set only for elastic jobs; ``gpus`` is
-    the count the job starts with.
+    the count the job starts with. A job that cannot checkpoint
+    (``can_checkpoint`` false) is only ever frozen in place: never migrated,
+    packed onto other GPUs or resized.
     """
 
     id: str

@@ -104,6 +104,10 @@ SUSPENDED_STATES = frozenset({"SUSPENDED", "STOPPED"})
 _PRIORITIES = {"low": Priority.LOW, "normal": Priority.NORMAL, "high": Priority.HIGH}
 _CLASSES = {c.value: c for c in JobClass}
 _LOADED_REASON = "loaded from the store"
+MECHANISM_CHECKPOINT = "checkpoint"
+"""``JobRow.mechanism`` of a job that checkpoints when asked (it uses the job SDK)."""
+MECHANISM_FREEZE = "freeze"
+"""``JobRow.mechanism`` of a job that can only be frozen in place (docker pause)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +314,7 @@ class _Loader:
                 JobRow.submit_time,
                 JobRow.start_time,
                 JobRow.reason,
+                JobRow.mechanism,
             )
             .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
             .order_by(JobRow.submit_time, JobRow.id)
@@ -337,7 +342,7 @@ class _Loader:
     ) -> _Job | None:
         """One job row as a :class:`_Job`, or None (with a problem unless simply held)."""
         (row_id, st, held, gpus, prio, cls, lo, hi, mem, datasets, profile, name, user) = row[:13]
-        submit_time, start_time, reason = row[13:]
+        submit_time, start_time, reason, mechanism = row[13:]
         on_gpus = st in RUNNING_STATES or st in SUSPENDED_STATES
         if not on_gpus:
             if st in HELD_STATES or (st in QUEUED_STATES and held):
@@ -351,6 +356,8 @@ class _Loader:
                 self.problems.append(f"job {row_id}: {st} but holds GPUs; left out")
                 return None
         elif not allocs:
+            if held:  # suspended by an operator at a checkpoint: its GPUs were given back
+                return None
             self.problems.append(f"job {row_id}: {st} but holds no GPUs; left out")
             return None
         priority = _PRIORITIES.get(prio)
@@ -375,6 +382,7 @@ class _Loader:
                 profile=profile,
                 name=name,
                 user=user,
+                can_checkpoint=mechanism == MECHANISM_CHECKPOINT,
             )
         except ValueError as exc:
             self.problems.append(f"job {row_id}: {exc}; left out")

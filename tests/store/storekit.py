@@ -32,13 +32,19 @@ def on_gpus(
     mode: str = "exclusive",
     state: str = "RUNNING",
     entered: float | None = None,
+    mechanism: str | None = "checkpoint",
 ) -> None:
-    """Give a job GPUs and a state as the daemon will: allocation rows plus history."""
+    """Give a job GPUs and a state as the daemon will: allocation rows plus history.
+
+    ``mechanism`` is what the daemon learnt of the job: ``checkpoint`` (it uses
+    the job SDK, so it may be moved), ``freeze`` or None (never moved).
+    """
     idx = sorted(indices)
     with transaction(store.engine, write=True) as s:
         row = s.get(JobRow, job)
         assert row is not None
         row.state = state
+        row.mechanism = mechanism
         row.start_time = since
         s.add(JobStateRow(job_id=job, state="RUNNING", at=since, reason="placed"))
         if state != "RUNNING":

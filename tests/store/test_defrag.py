@@ -39,6 +39,18 @@ def test_plan_frees_a_whole_node_and_records_nothing_on_a_dry_run(store: db.Stor
         assert s.scalars(select(IntentRow)).all() == []
 
 
+@pytest.mark.parametrize("mechanism", ["freeze", None])
+def test_a_job_that_cannot_checkpoint_is_never_moved(store: db.Store, mechanism: str | None) -> None:
+    node(store, "a1")
+    node(store, "a2")
+    ids = jobs.submit(store, [req() for _ in range(4)])
+    t = time.time() - 600
+    on_gpus(store, ids[0], "a1", [0], since=t, mechanism=mechanism)
+    for i, job in enumerate(ids[1:]):
+        on_gpus(store, job, "a2", [i], since=t + 1 + i)
+    assert defrag.plan(store).moves == ()
+
+
 def test_without_dry_run_the_moves_become_migrate_intents(store: db.Store) -> None:
     ids = _fragmented(store)
     plan = defrag.plan(store, record=True)
