@@ -240,3 +240,14 @@ def defrag(
         render.emit_json(result.to_dict())
     else:
         render.defrag_plan(result, dry_run=dry_run)
+
+
+def why(ctx: typer.Context, job_id: JobArg, json_out: JsonOpt = False) -> None:
+    """Why a job is pending, suspended or shared, or where it moved, from what is recorded."""
+    from gctl.services import why as service  # the function's name hides the module
+
+    result = service.explain(store(ctx), job_id)
+    if json_out:
+        render.emit_json(result.to_dict())
+    else:
+        render.why(result)

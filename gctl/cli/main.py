@@ -8,7 +8,7 @@ import typer
 from sqlalchemy.exc import OperationalError
 
 from gctl import __version__
-from gctl.cli import admin, jobs, nodes, render, sim
+from gctl.cli import admin, daemon, jobs, nodes, render, sim
 from gctl.cli.errors import USER_ERRORS
 
 app = typer.Typer(
@@ -30,7 +30,9 @@ app.command("hold")(jobs.hold)
 app.command("release")(jobs.release)
 app.command("migrate")(jobs.migrate)
 app.command("events")(jobs.events_cmd)
+app.command("why")(jobs.why)
 app.command("defrag")(jobs.defrag)
+app.command("daemon")(daemon.daemon)
 app.add_typer(sim.app, name="sim")
 
 

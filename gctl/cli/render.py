@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gctl.services.nodes import NodeView
     from gctl.services.probe import ProbeView
     from gctl.services.telemetry import NodeSample
+    from gctl.services.why import Why
     from gctl.sim.runner import SimReport
 
 _ROWS: tuple[tuple[str, str, str], ...] = (
@@ -437,3 +438,72 @@ def events_table(rows: list[EventView]) -> None:
             e.message,
         )
     stdout().print(table, markup=False)
+
+
+MECHANISMS = {
+    "freeze": "freeze: docker pause, keeps GPU memory",
+    "checkpoint": "checkpoint: checkpointed and exited, GPU memory freed",
+}
+"""How each suspend mechanism treats the job, in the words ``gctl why`` uses."""
+
+
+def why(w: Why) -> None:
+    """``gctl why``: the answer on the first line, then what is under way and recent decisions."""
+    print(_why_answer(w))
+    if w.operation:
+        print(f"operation in progress: {_operation(w.operation)}")
+    if w.pending_intents:
+        print("waiting for the daemon:")
+        for i in w.pending_intents:
+            args = "".join(f" {k}={v}" for k, v in i.args.items() if v not in (None, False, ""))
+            print(f"   {i.kind}{args} asked by {i.user} at {_when(i.created_at)} (intent {i.id})")
+    if w.decisions:
+        print("recent decisions:")
+        table = Table(box=None, pad_edge=False)
+        for col in ("TIME", "KIND", "USER", "WHAT"):
+            table.add_column(col)
+        for d in w.decisions:
+            table.add_row(_when(d.at), d.kind, d.user, d.message)
+        stdout().print(table, markup=False)
+
+
+def _why_answer(w: Why) -> str:
+    """One line: the state, how it holds its GPUs and where, since when, and why."""
+    notes = ["held"] if w.held else []
+    if w.suspended_by:
+        notes.append(MECHANISMS.get(w.suspended_by, w.suspended_by))
+    if w.exit_code is not None:
+        notes.append(f"exit code {w.exit_code}")
+    text = f"job {w.job_id} is {w.state}" + (f" ({'; '.join(notes)})" if notes else "")
+    shared = sorted({g.mode for g in w.gpus} - {"exclusive"})
+    if shared:
+        text += " " + "/".join(shared)
+        if w.shared_with:
+            jobs = "jobs" if len(w.shared_with) > 1 else "job"
+            text += f" with {jobs} {', '.join(map(str, w.shared_with))}"
+    if w.gpus:
+        text += f" on {_gpu_list((g.node, g.index) for g in w.gpus)}"
+    if w.moved:
+        how = "moving from {} since {}" if w.operation else "moved from {} at {}"
+        text += f" ({how.format(w.moved.src, _when(w.moved.at))})"
+    if w.since is not None and w.state not in ("PENDING", "RUNNING"):
+        text += f" since {_when(w.since)}"
+    if w.reason:
+        return f"{text}: {w.reason}"
+    return f"{text}: no reason recorded yet" if w.state == "PENDING" else text
+
+
+def _operation(op: dict[str, Any]) -> str:
+    """The daemon's unfinished operation: its kind, where to, and why."""
+    text = str(op.get("kind", "operation"))
+    if op.get("dst"):
+        text += " to " + _gpu_list((str(node), int(index)) for node, index in op["dst"])
+    return f"{text} ({op['reason']})" if op.get("reason") else text
+
+
+def _gpu_list(gpus: Iterable[tuple[str, int]]) -> str:
+    """GPUs as ``h1:0,1 h2:3``, in the order given."""
+    by_node: dict[str, list[str]] = {}
+    for node, index in gpus:
+        by_node.setdefault(node, []).append(str(index))
+    return " ".join(f"{node}:{','.join(indices)}" for node, indices in by_node.items())

@@ -102,7 +102,11 @@ def pack_waiting(
     for key in state.shared:
         for m in state.groups[key]:
             js = state.jobs[m]
-            if js.status is JobStatus.SUSPENDED and js.observed is not None and js.spec.can_checkpoint:
+            if (
+                js.status is JobStatus.SUSPENDED
+                and js.observed is not None
+                and js.spec.can_checkpoint
+            ):
                 candidates.append(js)
     if not candidates:
         return []

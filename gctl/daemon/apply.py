@@ -1,36 +1,53 @@
 """The one place where scheduling decisions become host actions and store writes.
 
-A decision is carried out on the hosts first (start a container, freeze or
-thaw it) and recorded in the store after, in one transaction per decision,
-so the store never claims a container that was not started. What a host
-refuses is recorded as the job's reason and the job goes back to the queue.
+A decision is carried out on the hosts first and recorded in the store
+after, so the store never claims a container that was not started; what a
+host refuses becomes the job's reason. Checkpoint moves are recorded first
+and then carried through (:mod:`gctl.daemon.moves`), so a restart finishes
+them.
 
-This first part carries out the reactive decisions: ``Place`` (a container
-per node the job spans, on exactly the chosen GPUs), ``Queue`` (the reason
-the job waits), and the freeze mechanism of time slicing, ``Suspend`` and
-``Resume`` (docker pause and unpause: the job keeps its GPU memory).
-Checkpoint-based moves (migrate, pack, grow, shrink, requeue) come next.
+- ``Place``: a container per node the job spans, on exactly the chosen GPUs.
+- ``Queue``: the reason the job waits.
+- ``Suspend``, ``Unpack`` and ``Resume`` of time slicing use the *freeze*
+  mechanism (docker pause and unpause: the job keeps its GPU memory and
+  resumes in place within milliseconds). A job whose container is gone
+  resumes as a new attempt from its checkpoint.
+- ``Pack`` onto the GPUs the job already holds just lets it run alongside;
+  onto others it is a checkpoint move, like ``Migrate``, ``Grow``,
+  ``Shrink`` and ``Requeue``.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from gctl.core.decisions import Decision, Place, Queue, Resume, Suspend
-from gctl.core.model import GpuRef
-from gctl.hosts.engine import ContainerSpec, Engine
-from gctl.hosts.mounts import Mount
-from gctl.hosts.ssh import HostError, Pool
-from gctl.services import events, hostops
-from gctl.services.db import Store
+from gctl.core.decisions import (
+    Decision,
+    Grow,
+    Migrate,
+    Pack,
+    Place,
+    Queue,
+    Requeue,
+    Resume,
+    Shrink,
+    Suspend,
+    Unpack,
+)
+from gctl.daemon import moves
+from gctl.daemon.site import Site, job_gpus, job_nodes
+from gctl.hosts.ssh import HostError
+from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
-from gctl.store.snapshot import Snapshot
+from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
+
+_MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
 
 
 @dataclass
@@ -42,27 +59,18 @@ class Applied:
 
 
 class Applier:
-    """Carries out decisions for one snapshot of the store, over one SSH pool."""
+    """Carries out the decisions taken on one snapshot of the store."""
 
-    def __init__(self, store: Store, pool: Pool, snap: Snapshot) -> None:
-        self.store = store
-        self.pool = pool
+    def __init__(self, site: Site, snap: Snapshot, observe: Callable[[str, float], None]):
+        self.site = site
         self.snap = snap
-        self._engines: dict[str, Engine] = {}
-
-    def engine(self, s: Session, node: str) -> Engine:
-        """The node's engine, made once per applier."""
-        if node not in self._engines:
-            row = s.get(NodeRow, self.snap.node_ids[node])
-            if row is None:
-                raise HostError(node, "node removed from the store")
-            self._engines[node] = hostops.engine(self.pool, row)
-        return self._engines[node]
+        self.observe = observe
 
     def apply(self, decisions: list[Decision]) -> Applied:
         """Carry out ``decisions`` in order; a refused one is reported, the rest go on."""
         out = Applied()
         for d in decisions:
+            started = now()
             try:
                 self._one(d)
             except HostError as exc:
@@ -70,6 +78,7 @@ class Applier:
                 out.failed.append((d, str(exc)))
             else:
                 out.done.append(d)
+            self.observe(type(d).__name__.lower(), now() - started)
         return out
 
     def sync_modes(self) -> None:
@@ -83,15 +92,10 @@ class Applier:
             for j, js in state.jobs.items()
             if js.gpus and j in self.snap.job_ids
         }
-        with transaction(self.store.engine, write=True) as s:
+        with transaction(self.site.store.engine, write=True) as s:
             for alloc in s.scalars(select(AllocationRow).where(AllocationRow.job_id.in_(want))):
                 if alloc.mode != want[alloc.job_id]:
                     alloc.mode = want[alloc.job_id]
-
-    def close(self) -> None:
-        """Close the engines' channels (the pool's connections stay)."""
-        for engine in self._engines.values():
-            engine.close()
 
     def _row(self, s: Session, job_id: str) -> JobRow:
         row = s.get(JobRow, self.snap.job_ids[job_id])
@@ -99,75 +103,102 @@ class Applier:
             raise HostError("-", f"job {job_id} removed from the store")
         return row
 
-    def _one(self, d: Decision) -> None:
-        with transaction(self.store.engine, write=True) as s:
-            if isinstance(d, Place):
-                self._place(s, d)
-            elif isinstance(d, Queue):
-                row = self._row(s, d.job_id)
-                row.reason = d.reason
-            elif isinstance(d, Suspend | Resume):
-                self._freeze(s, d)
-            else:
-                raise HostError("-", f"{type(d).__name__} is not carried out yet")
+    def _mode(self, job_id: str) -> str:
+        return self.snap.state.mode_of(job_id).value
 
-    def _place(self, s: Session, d: Place) -> None:
-        row = self._row(s, d.job_id)
-        by_node: dict[str, list[int]] = defaultdict(list)
-        for node, index in d.gpus:
-            by_node[node].append(index)
-        gpu_rows = {
-            (node, index): s.get(GpuRow, self.snap.gpu_ids[(node, index)]) for node, index in d.gpus
-        }
-        for node, indices in by_node.items():
-            node_row = s.get(NodeRow, self.snap.node_ids[node])
-            assert node_row is not None
-            gpus = [gpu_rows[(node, i)] for i in indices]
-            self.engine(s, node).start(
-                ContainerSpec(
-                    job_id=row.id,
-                    attempt=row.attempt,
-                    node=node,
-                    image=row.image,
-                    command=tuple(row.command),
-                    gpu_indices=tuple(indices),
-                    gpu_uuids=tuple(g.uuid or f"GPU-{node}-{g.index}" for g in gpus if g),
-                    job_dir=hostops.job_dir(node_row, row.id),
-                    emulated=node_row.emulated,
-                    env=dict(row.env),
-                    mounts=tuple(Mount(**m) for m in row.mounts),
-                    cpuset=hostops.cpuset([g for g in gpus if g]),
-                    gpu_mem_mb=row.gpu_mem_mb,
-                )
+    def _one(self, d: Decision) -> None:
+        if isinstance(d, Migrate | Grow | Shrink | Requeue) or (
+            isinstance(d, Pack) and not self._holds(d.job_id, d.gpus)
+        ):
+            self._move(d)
+            return
+        with transaction(self.site.store.engine, write=True) as s:
+            row = self._row(s, d.job_id)
+            if isinstance(d, Place):
+                self._place(s, row, d)
+            elif isinstance(d, Queue):
+                row.reason = d.reason
+            elif isinstance(d, Suspend | Unpack):
+                self._freeze(s, row, d.reason, "job.unpack" if isinstance(d, Unpack) else None)
+            else:  # Resume, or Pack onto the GPUs it holds
+                self._thaw(s, row, d)
+
+    def _holds(self, job_id: str, gpus: tuple[tuple[str, int], ...]) -> bool:
+        with transaction(self.site.store.engine, write=False) as s:
+            return job_gpus(s, self.snap.job_ids[job_id]) == sorted(gpus)
+
+    def _place(self, s: Session, row: JobRow, d: Place) -> None:
+        self.site.start(s, row, d.gpus)
+        ids = {
+            (name, index): gid
+            for gid, name, index in s.execute(
+                select(GpuRow.id, NodeRow.name, GpuRow.index).join(GpuRow.node)
             )
+        }
         at = now()
-        for gpu in gpu_rows.values():
-            assert gpu is not None
-            s.add(AllocationRow(job_id=row.id, gpu_id=gpu.id, mode=d.mode.value, since=at))
+        for ref in d.gpus:
+            s.add(AllocationRow(job_id=row.id, gpu_id=ids[ref], mode=d.mode.value, since=at))
         row.start_time = row.start_time or at
+        row.mechanism = row.mechanism or MECHANISM_FREEZE
         set_state(s, row, "RUNNING", d.reason)
+        text = f"job {row.id} on {moves.where(d.gpus)}: {d.reason}"
+        events.record(s, "job.place", text, job_id=row.id, data={"to": moves.where(d.gpus)})
+
+    def _freeze(self, s: Session, row: JobRow, reason: str, kind: str | None) -> None:
+        for node in job_nodes(s, row.id):
+            engine = self.site.engine(node)
+            for c in self.site.containers(node, row.id, row.attempt):
+                if c.running and not c.paused:
+                    engine.pause(c.id)
+        set_state(s, row, "SUSPENDED", reason)
         events.record(
-            s, "job.place", f"job {row.id} on {_where(d.gpus)}: {d.reason}", job_id=row.id
+            s,
+            kind or "job.suspend",
+            f"job {row.id} suspended (freeze): {reason}",
+            job_id=row.id,
+            data={"mechanism": "freeze"},
         )
 
-    def _freeze(self, s: Session, d: Suspend | Resume) -> None:
-        row = self._row(s, d.job_id)
-        for node in {n for n, _ in self.snap.state.jobs[d.job_id].gpus}:
-            engine = self.engine(s, node)
-            for c in engine.owned(row.id):
-                if c.running:
-                    (engine.pause if isinstance(d, Suspend) else engine.unpause)(c.id)
-        state = "SUSPENDED" if isinstance(d, Suspend) else "RUNNING"
-        set_state(s, row, state, d.reason)
-        kind = "job.suspend" if isinstance(d, Suspend) else "job.resume"
-        events.record(s, kind, f"job {row.id} {state.lower()}: {d.reason}", job_id=row.id)
+    def _thaw(self, s: Session, row: JobRow, d: Resume | Pack) -> None:
+        """Let the job run on its GPUs: thaw its containers, or start it anew if they are gone."""
+        nodes = job_nodes(s, row.id)
+        found = {n.name: self.site.containers(n, row.id, row.attempt) for n in nodes}
+        if all(found.values()):
+            for node in nodes:
+                for c in found[node.name]:
+                    if c.paused:
+                        self.site.engine(node).unpause(c.id)
+        else:
+            self.site.kill(nodes, row.id)
+            row.attempt += 1
+            self.site.start(s, row, job_gpus(s, row.id))
+        set_state(s, row, "RUNNING", d.reason)
+        if isinstance(d, Pack):
+            with_ = [self.snap.job_ids[j] for j in d.with_jobs if j in self.snap.job_ids]
+            text = f"job {row.id} packed with job(s) {', '.join(map(str, with_))}: {d.reason}"
+            events.record(s, "job.pack", text, job_id=row.id, data={"with": with_})
+        else:
+            events.record(s, "job.resume", f"job {row.id} resumed: {d.reason}", job_id=row.id)
+
+    def _move(self, d: Migrate | Grow | Shrink | Requeue | Pack) -> None:
+        """A checkpoint move: recorded, then carried through (see :mod:`gctl.daemon.moves`)."""
+        with transaction(self.site.store.engine, write=True) as s:
+            row = self._row(s, d.job_id)
+            if isinstance(d, Requeue):
+                moves.begin(s, row, "requeue", (), mode="exclusive", reason=d.reason)
+            else:
+                dst = d.dst if isinstance(d, Migrate) else d.gpus
+                kind = _MOVE_KINDS.get(type(d), "pack")
+                moves.begin(s, row, kind, dst, mode=self._mode(d.job_id), reason=d.reason)
+            row_id = row.id
+        moves.finish(self.site, row_id)
 
     def _refused(self, d: Decision, why: str) -> None:
         """A host refused: the job waits again, with the host's words as its reason."""
         job_id = getattr(d, "job_id", None)
         if job_id is None or job_id not in self.snap.job_ids:
             return
-        with transaction(self.store.engine, write=True) as s:
+        with transaction(self.site.store.engine, write=True) as s:
             row = s.get(JobRow, self.snap.job_ids[job_id])
             if row is None:
                 return
@@ -175,10 +206,3 @@ class Applier:
                 s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
                 row.reason = f"start failed: {why}"
             events.record(s, "job.error", f"job {row.id}: {why}", job_id=row.id)
-
-
-def _where(gpus: tuple[GpuRef, ...]) -> str:
-    nodes: dict[str, list[str]] = defaultdict(list)
-    for node, index in gpus:
-        nodes[node].append(str(index))
-    return " ".join(f"{n}:{','.join(i)}" for n, i in nodes.items())

@@ -212,7 +212,7 @@ def add_node(
         s.flush()
         what = f" with emulated GPUs {emulate_gpus}" if gpus else ""
         events.record(s, "node.add", f"node {name} added ({host}:{port}){what}", node=name)
-        return _views(s, [row], detail=True)[0]
+        return views(s, [row], detail=True)[0]
 
 
 def check_fingerprint(text: str) -> str:
@@ -252,7 +252,7 @@ def list_nodes(
 ) -> list[NodeView]:
     """Every node (or the named ones), by name; with their GPUs when ``detail``."""
     with transaction(store.engine, write=False) as s:
-        return _views(s, named_rows(s, names), detail=detail)
+        return views(s, named_rows(s, names), detail=detail)
 
 
 def named_rows(s: Session, names: list[str] | None) -> list[NodeRow]:
@@ -269,7 +269,7 @@ def show_node(store: Store, name: str) -> NodeView:
     """One node with its GPUs and the jobs on them."""
     with transaction(store.engine, write=False) as s:
         row = _get(s, name)
-        return _views(s, [row], detail=True)[0]
+        return views(s, [row], detail=True)[0]
 
 
 def set_admin_state(store: Store, name: str, action: str, reason: str | None) -> NodeView:
@@ -290,7 +290,7 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
             row.reason, row.reason_user, row.reason_time = reason, user, now()
         why = f": {reason}" if reason else ""
         events.record(s, f"node.{action}", f"node {name} {action}{why}", node=name, user=user)
-        return _views(s, [row], detail=True)[0]
+        return views(s, [row], detail=True)[0]
 
 
 def remove_node(store: Store, name: str) -> None:
@@ -322,7 +322,7 @@ def _check_all_found(asked: list[str] | None, found: list[str]) -> None:
         raise NotFound(f"unknown node {missing[0]!r}")
 
 
-def _views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
+def views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
     """Views of node rows, with occupancy from the allocations."""
     ids = [r.id for r in rows]
     allocs = s.execute(

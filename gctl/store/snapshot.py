@@ -72,6 +72,7 @@ from gctl.core.model import (
     GpuRef,
     JobClass,
     JobSpec,
+    JobStatus,
     Node,
     Observed,
     Priority,
@@ -458,6 +459,11 @@ class _Loader:
                     default=js.since,
                 )
                 state.apply(Suspend(js.id, _LOADED_REASON), max(stopped, js.since))
+        state.dirty.clear()
+        for key, members in state.groups.items():
+            # A set whose runner finished since the last pass: the core hands the turn on.
+            if not any(state.jobs[m].status is JobStatus.RUNNING for m in members):
+                state.dirty[key] = None
         return placed
 
     @staticmethod

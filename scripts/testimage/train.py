@@ -6,10 +6,12 @@
 Built on the job SDK (``gctl.job``), as a real training loop would be. It
 resumes from the last checkpoint in ``$GCTL_JOB_DIR`` (default ``/gctl``),
 then for each step sleeps ``S`` seconds, reports progress and prints
-``step I/N``. It checkpoints every K steps, on SIGUSR1 (and carries on) and
-on SIGTERM or SIGINT (and exits 0). ``--fail-at`` exits 3 at that step;
-``--alloc-mb`` allocates and touches that much memory first (to provoke an
-OOM kill under a memory limit). Prints ``done`` and exits 0 at the end.
+``step I/N``; each start appends ``ATTEMPT STEP`` to ``starts.log`` there, so
+tests can see where a restarted job resumed. It checkpoints every K steps,
+on SIGUSR1 (and carries on) and on SIGTERM or SIGINT (and exits 0).
+``--fail-at`` exits 3 at that step; ``--alloc-mb`` allocates and touches
+that much memory first (to provoke an OOM kill under a memory limit).
+Prints ``done`` and exits 0 at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import sys
 import time
 
 from gctl import job
+
+STARTS_LOG = "starts.log"
+"""Appended in the job directory at every start: ``ATTEMPT STEP`` (the step it resumed at)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     step = int((run.resume() or {}).get("step", 0))
     if step:
         print(f"resuming from step {step}", flush=True)
+    with open(run.dir / STARTS_LOG, "a", encoding="utf-8") as fh:
+        fh.write(f"{run.attempt} {step}\n")
 
     def checkpoint(why: str) -> None:
         run.checkpoint({"step": step, "steps": args.steps})

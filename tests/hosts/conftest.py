@@ -30,12 +30,11 @@ def hosts() -> Iterator[dict[str, Any]]:
         testhosts.stop()
 
 
-@pytest.fixture
-def host_store(hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> db.Store:
-    """A store (also $GCTL_DB) with every test host as a node: 2 emulated V100s each."""
+def _store(hosts: dict[str, Any], tmp_path: Path, mp: pytest.MonkeyPatch, gpus: str) -> db.Store:
+    """A store (also $GCTL_DB) with every test host as a node with emulated GPUs ``gpus``."""
     url = str(tmp_path / "gctl.db")
-    monkeypatch.setenv("GCTL_DB", url)
-    monkeypatch.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
+    mp.setenv("GCTL_DB", url)
+    mp.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
     store = db.connect(url)
     db.upgrade(store)
     for h in testhosts.env()["hosts"]:  # fresh: a test may have rekeyed a host
@@ -46,11 +45,23 @@ def host_store(hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.Monkey
             port=h["port"],
             ssh_user=h["user"],
             key_path=hosts["key"],
-            emulate_gpus="2xV100-16GB",
+            emulate_gpus=gpus,
             host_key_fingerprint=h["fingerprint"],
             work_dir=h["work_dir"],
         )
     return store
+
+
+@pytest.fixture
+def host_store(hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> db.Store:
+    """A store (also $GCTL_DB) with every test host as a node: 2 emulated V100s each."""
+    return _store(hosts, tmp_path, monkeypatch, "2xV100-16GB")
+
+
+@pytest.fixture
+def host_store4(hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> db.Store:
+    """Like ``host_store``, with 4 emulated V100s per node."""
+    return _store(hosts, tmp_path, monkeypatch, "4xV100-16GB")
 
 
 @pytest.fixture

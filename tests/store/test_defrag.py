@@ -40,7 +40,9 @@ def test_plan_frees_a_whole_node_and_records_nothing_on_a_dry_run(store: db.Stor
 
 
 @pytest.mark.parametrize("mechanism", ["freeze", None])
-def test_a_job_that_cannot_checkpoint_is_never_moved(store: db.Store, mechanism: str | None) -> None:
+def test_a_job_that_cannot_checkpoint_is_never_moved(
+    store: db.Store, mechanism: str | None
+) -> None:
     node(store, "a1")
     node(store, "a2")
     ids = jobs.submit(store, [req() for _ in range(4)])

@@ -226,6 +226,19 @@ def test_drained_node_keeps_its_jobs_and_takes_no_new_placement(store: db.Store)
     assert state.nodes["a1"].load == 1
 
 
+def test_a_suspended_job_left_alone_on_its_gpus_gets_the_turn(store: db.Store) -> None:
+    """Its time-slice partner finished since the last pass: the next pass resumes it."""
+    node(store, "a1")
+    waiting, other = jobs.submit(store, [req(1), req(1)])
+    t = time.time()
+    on_gpus(store, waiting, "a1", (0,), since=t, mode="time-sliced", state="SUSPENDED")
+    on_gpus(store, other, "a1", (1,), since=t)
+    state = snapshot.read(store.engine, now=t + 1).state
+    decisions = GandivaPolicy().schedule(state, t + 1)
+    assert [(type(d), d.job_id) for d in decisions] == [(Resume, _id(waiting))]
+    assert state.jobs[_id(other)].status is JobStatus.RUNNING
+
+
 def test_down_node_gives_its_jobs_back_to_the_queue(store: db.Store) -> None:
     node(store, "a1")
     node(store, "a2")

@@ -1,0 +1,102 @@
+"""``gctl daemon``: run the scheduler against the store and the hosts until stopped."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gctl.cli.context import store
+from gctl.cli.errors import UsageError
+from gctl.cli.parse import parse_options
+
+
+def daemon(
+    ctx: typer.Context,
+    policy: Annotated[str, typer.Option(help="Scheduling policy (gctl sim --help lists them).")] = (
+        "gandiva"
+    ),
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", "-o", help="Policy option KEY=VALUE (repeatable)."),
+    ] = None,
+    tick: Annotated[float, typer.Option(help="Seconds between reactive passes.")] = 1.0,
+    introspect_every: Annotated[
+        float, typer.Option(help="Seconds between introspective passes.")
+    ] = 60.0,
+    heartbeat_every: Annotated[
+        float, typer.Option(help="Seconds between node heartbeats and progress samples.")
+    ] = 5.0,
+    reconcile_every: Annotated[
+        float, typer.Option(help="Seconds between reconciles of hosts with the store.")
+    ] = 30.0,
+    node_timeout: Annotated[
+        float, typer.Option(help="Seconds without an answer before a node is marked down.")
+    ] = 60.0,
+    grace: Annotated[
+        float, typer.Option(help="Seconds a job has to checkpoint and exit when moved.")
+    ] = 30.0,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where the daemon keeps checkpoint copies (default: next to the db)."),
+    ] = None,
+    metrics: Annotated[
+        str | None, typer.Option(help="Serve Prometheus /metrics on HOST:PORT (or :PORT).")
+    ] = None,
+    dcgm_dir: Annotated[
+        str | None,
+        typer.Option(help="Keep dcgm-exporter job mapping files in this directory on each node."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every step.")] = False,
+) -> None:
+    """Place and manage jobs on the hosts until stopped (SIGTERM/SIGINT); jobs keep running."""
+    from gctl.core.policy import load_policy
+    from gctl.daemon import metrics as daemon_metrics
+    from gctl.daemon.loop import Daemon, DaemonConfig
+
+    try:
+        config = DaemonConfig(
+            tick=tick,
+            introspect_every=introspect_every,
+            heartbeat_every=heartbeat_every,
+            reconcile_every=reconcile_every,
+            node_timeout=node_timeout,
+            grace=grace,
+            state_dir=state_dir,
+            dcgm_dir=dcgm_dir,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    chosen = load_policy(policy, **parse_options(option or []))
+    st = store(ctx)
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("paramiko").setLevel(logging.WARNING)
+    counters = daemon_metrics.DaemonMetrics(st)
+    server = None
+    if metrics:
+        try:
+            server = daemon_metrics.serve(metrics, counters)
+        except ValueError as exc:
+            raise UsageError(f"--metrics: {exc}") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def ready() -> None:
+        where = f"; metrics on :{server.port}" if server is not None else ""
+        typer.echo(f"gctl daemon: policy {chosen.name}, store {st.url}{where}", err=True)
+
+    try:
+        Daemon(st, chosen, config, counters).run(stop, on_ready=ready)
+    finally:
+        if server is not None:
+            server.close()

@@ -1,0 +1,167 @@
+"""The daemon's Prometheus ``/metrics``: the cluster as the store has it, and what the daemon did.
+
+Each scrape reads the store once, in one read transaction, so every number
+in it comes from the same moment: nodes by state and each node's height
+(exactly as ``gctl node ls`` shows them), GPUs in all, held by a job and
+held by more than one, and jobs by state. The daemon adds its own counts as
+it goes: decisions by kind and how long each took. When the store cannot be
+read, the scrape still answers, with ``gctl_store_up 0`` and nothing else
+from the store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.exposition import start_http_server
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from gctl.services import nodes as node_views
+from gctl.services.db import Store
+from gctl.services.jobs import STATE_CODES
+from gctl.store.engine import transaction
+from gctl.store.models import AllocationRow, JobRow
+
+NODE_STATES = ("idle", "mix", "alloc", "drng", "drain", "down")
+"""Every state ``gctl node ls`` shows (without the not-responding ``*``): each always exported."""
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Seconds: from a quick placement to a checkpoint move of a large job."""
+
+
+class StoreCollector(Collector):
+    """Cluster gauges read from the store at every scrape."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def describe(self) -> Iterator[Metric]:
+        """The families this collector exports (so registering it reads nothing)."""
+        return iter(_families())
+
+    def collect(self) -> Iterator[Metric]:
+        """The families with their values, read in one read transaction."""
+        up, nodes, height, gpus, allocated, oversubscribed, jobs = _families()
+        try:
+            with transaction(self.store.engine, write=False) as s:
+                views = node_views.views(s, node_views.named_rows(s, None), detail=False)
+                shared = (
+                    select(AllocationRow.gpu_id)
+                    .group_by(AllocationRow.gpu_id)
+                    .having(func.count() > 1)
+                    .subquery()
+                )
+                over = s.scalar(select(func.count()).select_from(shared)) or 0
+                counted = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
+                job_counts = {state: n for state, n in counted}
+        except SQLAlchemyError:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        by_state = dict.fromkeys(NODE_STATES, 0)
+        for v in views:
+            by_state[v.state] = by_state.get(v.state, 0) + 1
+            height.add_metric([v.name], v.height)
+        for state, n in by_state.items():
+            nodes.add_metric([state], n)
+        gpus.add_metric([], sum(v.gpus_total for v in views))
+        allocated.add_metric([], sum(v.gpus_used for v in views))
+        oversubscribed.add_metric([], over)
+        for state, n in (dict.fromkeys(STATE_CODES, 0) | job_counts).items():
+            jobs.add_metric([state], n)
+        yield from (up, nodes, height, gpus, allocated, oversubscribed, jobs)
+
+
+def _families() -> tuple[GaugeMetricFamily, ...]:
+    """Empty families of the store collector, in the order ``collect`` yields them."""
+    return (
+        GaugeMetricFamily("gctl_store_up", "1 when this scrape could read the store, else 0"),
+        GaugeMetricFamily(
+            "gctl_nodes", "Nodes by state, as gctl node ls shows it", labels=["state"]
+        ),
+        GaugeMetricFamily(
+            "gctl_node_height",
+            "GPUs held by jobs on the node (a shared GPU counts once per job) / GPUs of the node",
+            labels=["node"],
+        ),
+        GaugeMetricFamily("gctl_gpus", "GPUs of all nodes"),
+        GaugeMetricFamily("gctl_gpus_allocated", "GPUs held by at least one job"),
+        GaugeMetricFamily("gctl_gpus_oversubscribed", "GPUs held by more than one job"),
+        GaugeMetricFamily("gctl_jobs", "Jobs by state", labels=["state"]),
+    )
+
+
+class DaemonMetrics:
+    """Everything the daemon's ``/metrics`` shows: its ``registry``, and the daemon's counts."""
+
+    def __init__(self, store: Store) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(StoreCollector(store))
+        ProcessCollector(registry=self.registry)
+        self._decisions = Counter(
+            "gctl_decisions",
+            "Scheduling decisions carried out, by kind",
+            ["kind"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "gctl_decision_latency_seconds",
+            "Seconds a decision took",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def decided(self, kind: str, seconds: float) -> None:
+        """Count one decision of ``kind`` that took ``seconds``."""
+        self._decisions.labels(kind=kind).inc()
+        self._latency.observe(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsServer:
+    """A running ``/metrics`` HTTP server (on a thread of its own)."""
+
+    httpd: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the system chose when asked for port 0)."""
+        return int(self.httpd.server_address[1])
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPV6]:PORT`` or ``:PORT`` (every interface) as (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"metrics address {address!r}: expected HOST:PORT or :PORT")
+    return host or "0.0.0.0", int(port)
+
+
+def serve(address: str, metrics: DaemonMetrics) -> MetricsServer:
+    """Serve ``metrics`` at ``http://ADDRESS/metrics`` until ``close()``.
+
+    ValueError, with a one-line message, when the address is not one or
+    cannot be listened on (taken, not local, unknown name).
+    """
+    host, port = parse_address(address)
+    try:
+        httpd, thread = start_http_server(port, host, metrics.registry)
+    except OSError as exc:
+        raise ValueError(f"cannot serve metrics on {address}: {exc.strerror or exc}") from None
+    return MetricsServer(httpd, thread)

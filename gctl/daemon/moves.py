@@ -1,0 +1,218 @@
+"""Checkpoint moves: a job checkpoints, exits, and is restarted elsewhere, or waits.
+
+Migrate, grow, shrink, pack onto other GPUs, requeue and an operator's
+suspend all go the same way, in steps that can each be repeated, so a daemon
+killed at any point finishes the move after its restart (:func:`finish` is
+called for every job with a pending operation before anything is decided):
+
+1. :func:`begin`, one transaction: the operation is written on the job
+   (``JobRow.op``: kind, source and target GPUs, the attempt being
+   replaced) and its allocations are switched to the target GPUs (none for
+   requeue and suspend), so nothing else is placed there meanwhile.
+2. :func:`finish`: unless the next attempt already runs on the target (a
+   restart caught after starting it), the old attempt's containers get
+   SIGTERM (the job SDK checkpoints and exits) and are removed; the job
+   directory is copied into the daemon's mirror and on to the target hosts.
+   A job that turns out to have finished is recorded as completed. Then the
+   next attempt starts on the target and one transaction clears the
+   operation; requeue and suspend instead leave the job waiting.
+
+Progress therefore continues from the last checkpoint, never from zero. A
+host that does not answer during the move has its part skipped: the mirror's
+last copy stands in for the job directory, and a target that refuses sends
+the job back to the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from gctl.core.model import GpuRef
+from gctl.daemon import jobfiles
+from gctl.daemon.site import Site, job_gpus
+from gctl.hosts.ssh import HostError
+from gctl.services import events, hostops
+from gctl.services.jobs import set_state
+from gctl.store.engine import transaction
+from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
+
+RESTART_KINDS = frozenset({"migrate", "grow", "shrink", "pack"})
+"""Moves that restart the job on target GPUs at once."""
+WAIT_KINDS = frozenset({"requeue", "suspend"})
+"""Moves that leave the job waiting: back in the queue, or suspended by an operator."""
+
+
+def where(gpus: Sequence[GpuRef]) -> str:
+    """GPUs as ``node:i,j node2:k``."""
+    nodes: dict[str, list[str]] = {}
+    for node, index in sorted(gpus):
+        nodes.setdefault(node, []).append(str(index))
+    return " ".join(f"{n}:{','.join(i)}" for n, i in nodes.items()) or "-"
+
+
+def begin(
+    s: Session,
+    row: JobRow,
+    kind: str,
+    dst: Sequence[GpuRef],
+    *,
+    mode: str,
+    reason: str,
+    user: str | None = None,
+    hold: bool = False,
+) -> None:
+    """Record the move on the job and switch its allocations to ``dst`` (step 1)."""
+    src = job_gpus(s, row.id)
+    row.op = {
+        "kind": kind,
+        "src": [list(g) for g in src],
+        "dst": [list(g) for g in dst],
+        "attempt": row.attempt,
+        "reason": reason,
+        "hold": hold,
+        "at": now(),
+    }
+    row.reason = reason
+    s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
+    if dst:
+        ids = _gpu_ids(s, dst)
+        at = now()
+        s.add_all(AllocationRow(job_id=row.id, gpu_id=i, mode=mode, since=at) for i in ids)
+    data = {"from": where(src), "to": where(dst), "reason": reason}
+    text = f"job {row.id} {kind}: {where(src)} -> {where(dst)}: {reason}"
+    events.record(s, f"job.{kind}", text, job_id=row.id, user=user, data=data)
+
+
+def _gpu_ids(s: Session, refs: Sequence[GpuRef]) -> list[int]:
+    want = {(str(n), int(i)) for n, i in refs}
+    rows = s.execute(
+        select(GpuRow.id, NodeRow.name, GpuRow.index).join(NodeRow, NodeRow.id == GpuRow.node_id)
+    ).all()
+    ids = [gid for gid, name, index in rows if (name, index) in want]
+    if len(ids) != len(want):
+        raise HostError("-", f"target GPUs {where(list(want))} are not all in the store")
+    return ids
+
+
+def finish(site: Site, job_id: int) -> str:
+    """Carry a recorded move through (step 2); what became of the job, in words."""
+    with transaction(site.store.engine, write=False) as s:
+        row = s.get(JobRow, job_id)
+        if row is None or row.op is None:
+            return "no move pending"
+        op: dict[str, Any] = dict(row.op)
+        src_nodes = _nodes(s, op["src"])
+        dst_nodes = _nodes(s, op["dst"])
+    old, new = int(op["attempt"]), int(op["attempt"]) + 1
+    kind = str(op["kind"])
+    if kind in RESTART_KINDS and dst_nodes and _already_started(site, dst_nodes, job_id, new):
+        return _done(site, job_id, op, "restarted (found running)")
+    stopped = site.stop(src_nodes, job_id, old)
+    data, report = _take_checkpoint(site, src_nodes, job_id)
+    if report is not None and report.finished and stopped.clean and stopped.exit_codes:
+        return _completed(site, job_id)
+    if kind in WAIT_KINDS:
+        return _wait(site, job_id, op)
+    try:
+        for node in dst_nodes:
+            if data is not None and node.name not in {n.name for n in src_nodes}:
+                jobfiles.unpack(
+                    site.pool, hostops.target(node), hostops.job_dir(node, job_id), data
+                )
+        with transaction(site.store.engine, write=True) as s:
+            row = s.get(JobRow, job_id)
+            assert row is not None
+            row.attempt = new
+            site.start(s, row, [tuple(g) for g in op["dst"]])
+    except HostError as exc:
+        return _requeue_instead(site, job_id, op, str(exc))
+    return _done(site, job_id, op, "restarted from its checkpoint")
+
+
+def _nodes(s: Session, refs: list[list[Any]]) -> list[NodeRow]:
+    names = sorted({str(n) for n, _ in refs})
+    rows = s.scalars(select(NodeRow).where(NodeRow.name.in_(names))).all()
+    for r in rows:
+        _ = r.gpus  # loaded now: the rows are used after the transaction
+    return sorted(rows, key=lambda r: r.name)
+
+
+def _already_started(site: Site, nodes: list[NodeRow], job_id: int, attempt: int) -> bool:
+    try:
+        return all(site.containers(n, job_id, attempt) for n in nodes)
+    except HostError:
+        return False
+
+
+def _take_checkpoint(
+    site: Site, nodes: list[NodeRow], job_id: int
+) -> tuple[bytes | None, jobfiles.Report | None]:
+    """The job directory from its first answering source node (into the mirror), or the mirror's."""
+    for node in nodes:
+        try:
+            data = site.save(node, job_id)
+            job_dir = hostops.job_dir(node, job_id)
+            report = jobfiles.read_reports(site.pool, hostops.target(node), [job_dir])[job_dir]
+            return data, report
+        except HostError:
+            continue
+    return site.mirror.load(job_id), None
+
+
+def _completed(site: Site, job_id: int) -> str:
+    with transaction(site.store.engine, write=True) as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        row.op = None
+        row.exit_code = 0
+        s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
+        set_state(s, row, "COMPLETED", "exit 0 (finished while being moved)")
+        events.record(s, "job.end", f"job {job_id} completed: exit 0", job_id=job_id)
+    site.mirror.drop(job_id)
+    return "completed"
+
+
+def _wait(site: Site, job_id: int, op: dict[str, Any]) -> str:
+    with transaction(site.store.engine, write=True) as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        row.op = None
+        row.attempt = int(op["attempt"]) + 1
+        reason = str(op["reason"])
+        if op["kind"] == "suspend":
+            row.held = True
+            set_state(s, row, "SUSPENDED", reason)
+            return "suspended at its checkpoint; GPUs given back"
+        row.restarts += 1
+        row.held = bool(op.get("hold"))
+        set_state(s, row, "REQUEUE_HOLD" if row.held else "PENDING", reason)
+    return "requeued from its checkpoint"
+
+
+def _done(site: Site, job_id: int, op: dict[str, Any], how: str) -> str:
+    with transaction(site.store.engine, write=True) as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        row.op = None
+        row.attempt = int(op["attempt"]) + 1
+        set_state(s, row, "RUNNING", str(op["reason"]))
+    return how
+
+
+def _requeue_instead(site: Site, job_id: int, op: dict[str, Any], why: str) -> str:
+    """The target refused: the job goes back to the queue, its checkpoint in the mirror."""
+    with transaction(site.store.engine, write=True) as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
+        row.op = None
+        # Past the attempt that may have started on some target nodes: reconcile removes those.
+        row.attempt = int(op["attempt"]) + 2
+        row.restarts += 1
+        set_state(s, row, "PENDING", f"{op['kind']} failed, requeued: {why}")
+        events.record(s, "job.error", f"job {job_id}: {op['kind']} failed: {why}", job_id=job_id)
+    return f"requeued: {why}"

@@ -1,0 +1,195 @@
+"""What the daemon acts through: the store, the SSH pool, the checkpoint mirror, engines.
+
+:class:`Site` starts and stops a job's containers on the nodes it spans and
+moves its job directory, for the modules that carry out decisions
+(:mod:`gctl.daemon.apply`, :mod:`gctl.daemon.moves`) and reconcile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gctl.core.model import GpuRef
+from gctl.daemon import jobfiles
+from gctl.daemon.jobfiles import Mirror
+from gctl.hosts.engine import ContainerSpec, ContainerState, Engine
+from gctl.hosts.mounts import Mount
+from gctl.hosts.ssh import HostError, Pool
+from gctl.services import hostops
+from gctl.services.db import Store
+from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow
+
+DEFAULT_GRACE = 30.0
+"""Seconds a job has to checkpoint and exit after SIGTERM before it is killed."""
+
+
+@dataclass
+class Stopped:
+    """What stopping a job's containers found: exit codes, and nodes that did not answer."""
+
+    exit_codes: list[int] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """Every container answered and exited 0."""
+        return not self.unreachable and all(c == 0 for c in self.exit_codes)
+
+
+class Site:
+    """The store, the hosts and the checkpoint mirror, as one daemon pass sees them."""
+
+    def __init__(self, store: Store, pool: Pool, mirror: Mirror, grace: float = DEFAULT_GRACE):
+        self.store = store
+        self.pool = pool
+        self.mirror = mirror
+        self.grace = grace
+        self._engines: dict[str, Engine] = {}
+
+    def engine(self, row: NodeRow) -> Engine:
+        """The node's engine, made once per pass."""
+        if row.name not in self._engines:
+            self._engines[row.name] = hostops.engine(self.pool, row)
+        return self._engines[row.name]
+
+    def close(self) -> None:
+        """Close the engines' channels (the pool's connections stay)."""
+        for engine in self._engines.values():
+            engine.close()
+        self._engines.clear()
+
+    def start(self, s: Session, row: JobRow, refs: Iterable[GpuRef]) -> None:
+        """Start the job's current attempt on ``refs``: one container per node, GPUs pinned.
+
+        A restarted job (attempt above 0) first gets the mirror's copy of its
+        directory on every node whose own copy has an older checkpoint; a new
+        one starts with an empty directory.
+        """
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for name, index in refs:
+            by_node[name].append(index)
+        nodes = {n.name: n for n in s.scalars(select(NodeRow).where(NodeRow.name.in_(by_node)))}
+        for name, indices in by_node.items():
+            node = nodes.get(name)
+            if node is None:
+                raise HostError(name, "node removed from the store")
+            gpus = [g for g in node.gpus if g.index in indices]
+            if row.attempt > 0:
+                self.restore(node, row.id)
+            else:  # a new job never inherits an older job's files (ids restart with a new store)
+                self._clear(node, row.id)
+            self.engine(node).start(
+                ContainerSpec(
+                    job_id=row.id,
+                    attempt=row.attempt,
+                    node=name,
+                    image=row.image,
+                    command=tuple(row.command),
+                    gpu_indices=tuple(sorted(indices)),
+                    gpu_uuids=tuple(g.uuid or f"GPU-{name}-{g.index}" for g in gpus),
+                    job_dir=hostops.job_dir(node, row.id),
+                    emulated=node.emulated,
+                    env=dict(row.env),
+                    mounts=tuple(Mount(**m) for m in row.mounts),
+                    cpuset=hostops.cpuset(gpus),
+                    gpu_mem_mb=row.gpu_mem_mb,
+                )
+            )
+
+    def _clear(self, node: NodeRow, job_id: int) -> None:
+        job_dir = hostops.job_dir(node, job_id)
+        res = self.pool.run(hostops.target(node), ["rm", "-rf", "--", job_dir])
+        if res.rc != 0:
+            raise HostError(node.name, f"cannot clear {job_dir}: {res.stderr.decode()[-200:]}")
+
+    def restore(self, node: NodeRow, job_id: int) -> None:
+        """Put the mirror's copy of the job directory on ``node`` when it is newer there."""
+        kept = self.mirror.checkpoint_time(job_id)
+        if kept is None:
+            return
+        target = hostops.target(node)
+        job_dir = hostops.job_dir(node, job_id)
+        here = jobfiles.read_reports(self.pool, target, [job_dir])[job_dir].checkpoint_time
+        data = self.mirror.load(job_id)
+        if data is not None and (here is None or here < kept):
+            jobfiles.unpack(self.pool, target, job_dir, data)
+
+    def save(self, node: NodeRow, job_id: int) -> bytes:
+        """Copy the job directory from ``node`` into the mirror; the tar stream."""
+        target = hostops.target(node)
+        job_dir = hostops.job_dir(node, job_id)
+        data = jobfiles.pack(self.pool, target, job_dir)
+        at = jobfiles.read_reports(self.pool, target, [job_dir])[job_dir].checkpoint_time
+        self.mirror.save(job_id, data, at)
+        return data
+
+    def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:
+        """The job's containers on ``node`` (of one attempt, or of all when None)."""
+        found = self.engine(node).owned(job_id)
+        return [c for c in found if attempt is None or c.attempt == attempt]
+
+    def stop(self, nodes: Iterable[NodeRow], job_id: int, attempt: int | None) -> Stopped:
+        """Ask the job's containers to checkpoint and exit (SIGTERM, then KILL after the grace).
+
+        A frozen container is thawed first so it can hear the signal. Ended
+        containers are removed. A node that does not answer is reported.
+        """
+        out = Stopped()
+        for node in nodes:
+            try:
+                engine = self.engine(node)
+                for c in self.containers(node, job_id, attempt):
+                    if c.paused:
+                        engine.unpause(c.id)
+                    if c.running:
+                        engine.stop(c.id, grace=int(self.grace))
+                    ended = engine.state(c.id)
+                    out.exit_codes.append(ended.exit_code if ended.exit_code is not None else -1)
+                    engine.remove(c.id)
+            except HostError:
+                out.unreachable.append(node.name)
+        return out
+
+    def kill(self, nodes: Iterable[NodeRow], job_id: int) -> list[str]:
+        """Kill and remove every container of the job; nodes that did not answer."""
+        missed: list[str] = []
+        for node in nodes:
+            try:
+                engine = self.engine(node)
+                for c in engine.owned(job_id):
+                    with contextlib.suppress(HostError):  # it may have exited meanwhile
+                        engine.kill(c.id)
+                    engine.remove(c.id)
+            except HostError:
+                missed.append(node.name)
+        return missed
+
+
+def job_nodes(s: Session, job_id: int) -> list[NodeRow]:
+    """The nodes a job holds GPUs on, in GPU order."""
+    rows = s.scalars(
+        select(NodeRow)
+        .join(GpuRow, GpuRow.node_id == NodeRow.id)
+        .join(AllocationRow, AllocationRow.gpu_id == GpuRow.id)
+        .where(AllocationRow.job_id == job_id)
+        .order_by(NodeRow.name)
+        .distinct()
+    ).all()
+    return list(rows)
+
+
+def job_gpus(s: Session, job_id: int) -> list[GpuRef]:
+    """The ``(node, index)`` GPUs a job holds, sorted."""
+    rows = s.execute(
+        select(NodeRow.name, GpuRow.index)
+        .join(GpuRow, GpuRow.node_id == NodeRow.id)
+        .join(AllocationRow, AllocationRow.gpu_id == GpuRow.id)
+        .where(AllocationRow.job_id == job_id)
+    ).all()
+    return sorted((name, index) for name, index in rows)

@@ -1,0 +1,231 @@
+"""``gctl daemon`` end to end on the test hosts: real containers, real SSH, real checkpoints.
+
+The daemon runs in a thread of the test (the same :class:`Daemon` the
+command runs) with short periods; the jobs are the test image's training
+program, which checkpoints through the job SDK.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testhosts
+from sqlalchemy import select
+
+from gctl.core.policy import load_policy
+from gctl.daemon.loop import Daemon, DaemonConfig
+from gctl.daemon.metrics import DaemonMetrics
+from gctl.services import db, jobs, nodes, specs
+from gctl.store.engine import transaction
+from gctl.store.models import EventRow, JobRow, NodeRow
+
+TRAIN = ["python3", "/opt/gctl/train.py"]
+
+
+@pytest.fixture(autouse=True)
+def _leave_hosts_clean(hosts: dict[str, Any]) -> Iterator[None]:
+    """The hosts are shared by the session: sshd back up, every job container removed."""
+    yield
+    for h in testhosts.env()["hosts"]:
+        if not h["ssh_running"]:
+            testhosts.ssh_start(h["name"])
+        docker = ["docker", "-H", h["docker_host"]]
+        found = subprocess.run(
+            [*docker, "ps", "-aq", "--filter", "label=gctl.job"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        if found:
+            subprocess.run([*docker, "rm", "-f", *found], capture_output=True, check=True)
+
+
+class Running:
+    """A daemon running in a thread until the test ends."""
+
+    def __init__(self, store: db.Store, tmp: Path, **config: Any) -> None:
+        options = config.pop("policy_options", {"quantum": 2.0})
+        cfg = {
+            "tick": 0.3,
+            "introspect_every": 1.0,
+            "heartbeat_every": 0.5,
+            "reconcile_every": 2.0,
+            "grace": 10.0,
+            "state_dir": tmp / "state",
+        }
+        cfg.update(config)
+        self.daemon = Daemon(
+            store, load_policy("gandiva", **options), DaemonConfig(**cfg), DaemonMetrics(store)
+        )
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.daemon.run(self.stop)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert self.error is None, self.error
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    """Start a daemon on a store; stopped (and checked for errors) after the test."""
+    started: list[Running] = []
+
+    def start(store: db.Store, **config: Any) -> Running:
+        _STORE.append(store)
+        started.append(Running(store, tmp_path, **config))
+        return started[-1]
+
+    yield start
+    for d in started:
+        d.close()
+
+
+def _submit(store: db.Store, *argv: str, gpus: int = 1, **extra: Any) -> int:
+    req = specs.build(image="gctl-test/train:1", command=[*TRAIN, *argv], gpus=gpus, **extra)
+    return jobs.submit(store, [req])[0]
+
+
+def _jobs(store: db.Store) -> dict[int, JobRow]:
+    with transaction(store.engine, write=False) as s:
+        return {r.id: r for r in s.scalars(select(JobRow))}
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}{_describe()}")
+
+
+_STORE: list[db.Store] = []
+
+
+def _describe() -> str:
+    """The jobs and the latest events, for a timeout's message."""
+    if not _STORE:
+        return ""
+    with transaction(_STORE[-1].engine, write=False) as s:
+        rows = [f"{r.id}:{r.state}:{r.reason}" for r in s.scalars(select(JobRow))]
+        evs = s.scalars(select(EventRow).order_by(EventRow.id.desc()).limit(15)).all()
+        lines = [f"{e.kind} {e.message}" for e in reversed(evs)]
+    return "\n" + "\n".join(rows + lines)
+
+
+def _job_file(hosts: dict[str, Any], node: str, job_id: int, name: str) -> str:
+    path = Path(f"{hosts['dir']}/{node}/work/jobs/{job_id}/{name}")
+    return path.read_text() if path.exists() else ""
+
+
+def _starts(hosts: dict[str, Any], node: str, job_id: int) -> list[tuple[int, int]]:
+    """``(attempt, step resumed at)`` of every start of the job on ``node``."""
+    text = _job_file(hosts, node, job_id, "starts.log")
+    return [(int(a), int(s)) for a, s in (line.split() for line in text.splitlines())]
+
+
+def _kinds(store: db.Store, job_id: int) -> list[str]:
+    with transaction(store.engine, write=False) as s:
+        return list(s.scalars(select(EventRow.kind).where(EventRow.job_id == job_id)))
+
+
+def test_six_jobs_on_one_four_gpu_node_time_slice_and_all_finish(
+    host_store4: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+) -> None:
+    nodes.set_admin_state(host_store4, "h2", "drain", "only h1 in this test")
+    steps = 60
+    ids = [_submit(host_store4, "--steps", str(steps), "--step-time", "0.05") for _ in range(6)]
+    start_daemon(host_store4, policy_options={"quantum": 1.0, "migration": False})
+
+    _wait("all six on GPUs", lambda: all(j.state != "PENDING" for j in _jobs(host_store4).values()))
+    view = nodes.list_nodes(host_store4, ["h1"])[0]
+    assert view.height == 1.5  # six 1-GPU jobs on 4 GPUs: nobody waits in the queue
+    _wait(
+        "all six completed",
+        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store4).values()),
+        timeout=120,
+    )
+    for job_id in ids:
+        progress = _job_file(hosts, "h1", job_id, "progress.json")
+        assert f'"step": {steps}' in progress
+    frozen = [j for j in ids if "job.suspend" in _kinds(host_store4, j)]
+    assert len(frozen) >= 2  # two jobs waited their turn frozen, then ran on
+    assert all("job.resume" in _kinds(host_store4, j) for j in frozen)
+
+
+def test_suspend_resume_and_migrate_continue_from_the_checkpoint(
+    host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+) -> None:
+    job = _submit(host_store, "--steps", "400", "--step-time", "0.05")
+    start_daemon(host_store)
+    _wait(
+        "the job to run and be known to checkpoint",
+        lambda: _jobs(host_store)[job].mechanism == "checkpoint",
+    )
+    node = jobs.show_job(host_store, job).view.nodes[0]
+    other = "h2" if node == "h1" else "h1"
+
+    assert not jobs.act(host_store, job, "suspend").done  # recorded for the daemon
+    _wait("suspended", lambda: _jobs(host_store)[job].state == "SUSPENDED")
+    row = _jobs(host_store)[job]
+    assert row.held and jobs.show_job(host_store, job).view.nodes == ()  # GPUs given back
+    jobs.act(host_store, job, "resume")
+    _wait("running again", lambda: _jobs(host_store)[job].state == "RUNNING")
+    _wait("reporting again", lambda: _jobs(host_store)[job].attempt == 1)
+    time.sleep(1.0)
+    jobs.act(host_store, job, "migrate", to=other)
+    _wait("moved", lambda: jobs.show_job(host_store, job).view.nodes == (other,))
+    _wait("completed", lambda: _jobs(host_store)[job].state == "COMPLETED", timeout=120)
+
+    starts = _starts(hosts, node, job)
+    assert starts[0] == (0, 0)
+    moved = _starts(hosts, other, job)
+    assert moved[-1][0] == 2 and moved[-1][1] > 0  # resumed on the other host, not from zero
+    assert all(b[1] >= a[1] for a, b in itertools.pairwise(starts))
+    assert '"step": 400' in _job_file(hosts, other, job, "progress.json")
+    kinds = _kinds(host_store, job)
+    assert "job.suspend" in kinds and "job.migrate" in kinds
+
+
+def test_a_node_that_stops_answering_is_marked_down_and_its_jobs_finish_elsewhere(
+    host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+) -> None:
+    job = _submit(host_store, "--steps", "150", "--step-time", "0.05", "--checkpoint-every", "10")
+    start_daemon(host_store, node_timeout=3.0)
+    _wait("running", lambda: _jobs(host_store)[job].state == "RUNNING")
+    first = jobs.show_job(host_store, job).view.nodes[0]
+    if first != "h1":
+        pytest.fail(f"expected the first node to take the job, got {first}")
+    _wait("a checkpoint", lambda: '"step": 2' in _job_file(hosts, "h1", job, "checkpoint.json"))
+    time.sleep(1.0)  # let the daemon copy it
+    testhosts.ssh_stop("h1")
+    try:
+        _wait("h1 down", lambda: nodes.show_node(host_store, "h1").state.startswith("down"))
+        _wait("requeued onto h2", lambda: jobs.show_job(host_store, job).view.nodes == ("h2",))
+        _wait("completed", lambda: _jobs(host_store)[job].state == "COMPLETED", timeout=120)
+    finally:
+        testhosts.ssh_start("h1")
+    row = _jobs(host_store)[job]
+    assert row.restarts == 1
+    resumed = _starts(hosts, "h2", job)[-1]
+    assert resumed[1] >= 10  # from the last checkpoint the daemon had, not from zero
+    _wait("h1 back", lambda: nodes.show_node(host_store, "h1").state == "idle")
+    with transaction(host_store.engine, write=False) as s:
+        node = s.scalars(select(NodeRow).where(NodeRow.name == "h1")).one()
+        assert node.reason is None

@@ -1,0 +1,137 @@
+"""The daemon's /metrics over HTTP, on both backends: every scrape shows the store as it is now."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from storekit import node, on_gpus, req
+
+from gctl.daemon.metrics import DaemonMetrics, MetricsServer, parse_address, serve
+from gctl.services import db, jobs, nodes
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(server: MetricsServer) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
+    return {dict(k)[label]: v for (n, k), v in samples.items() if n == name}
+
+
+@pytest.fixture
+def served(store: db.Store) -> Iterator[tuple[DaemonMetrics, MetricsServer]]:
+    metrics = DaemonMetrics(store)
+    server = serve("127.0.0.1:0", metrics)
+    try:
+        yield metrics, server
+    finally:
+        server.close()
+
+
+def test_scrapes_follow_the_store(
+    store: db.Store, served: tuple[DaemonMetrics, MetricsServer]
+) -> None:
+    _, server = served
+    empty = scrape(server)
+    assert value(empty, "gctl_store_up") == 1
+    assert value(empty, "gctl_gpus") == 0
+    assert set(by_label(empty, "gctl_nodes", "state").values()) == {0}
+    assert by_label(empty, "gctl_jobs", "state")["PENDING"] == 0
+    assert by_label(empty, "gctl_node_height", "node") == {}
+
+    node(store, "a1")  # 4 GPUs
+    node(store, "a2", "2xV100-16GB")
+    big, packed, waiting = jobs.submit(store, [req(2), req(1), req(4)])
+    on_gpus(store, big, "a1", (0, 1), since=100.0)
+    on_gpus(store, packed, "a1", (1,), since=110.0, mode="packed")
+    nodes.set_admin_state(store, "a2", "drain", "bad fan")
+
+    now = scrape(server)
+    assert value(now, "gctl_gpus") == 6
+    assert value(now, "gctl_gpus_allocated") == 2
+    assert value(now, "gctl_gpus_oversubscribed") == 1
+    assert by_label(now, "gctl_node_height", "node") == {"a1": 0.75, "a2": 0.0}
+    states = by_label(now, "gctl_nodes", "state")
+    assert states == {"idle": 0, "mix": 1, "alloc": 0, "drng": 0, "drain": 1, "down": 0}
+    job_states = by_label(now, "gctl_jobs", "state")
+    assert (job_states["RUNNING"], job_states["PENDING"], job_states["FAILED"]) == (2, 1, 0)
+    # The same numbers as gctl node ls shows.
+    assert [(v.name, v.state, v.height) for v in nodes.list_nodes(store)] == [
+        ("a1", "mix", 0.75),
+        ("a2", "drain", 0.0),
+    ]
+
+    jobs.act(store, waiting, "cancel")
+    assert by_label(scrape(server), "gctl_jobs", "state")["CANCELLED"] == 1
+
+
+def test_decisions_are_counted_and_timed(served: tuple[DaemonMetrics, MetricsServer]) -> None:
+    metrics, server = served
+    metrics.decided("place", 0.2)
+    metrics.decided("place", 0.02)
+    metrics.decided("migrate", 42.0)
+    got = scrape(server)
+    assert by_label(got, "gctl_decisions_total", "kind") == {"place": 2, "migrate": 1}
+    assert value(got, "gctl_decision_latency_seconds_count") == 3
+    assert value(got, "gctl_decision_latency_seconds_sum") == pytest.approx(42.22)
+    assert value(got, "gctl_decision_latency_seconds_bucket", le="0.05") == 1
+    assert value(got, "gctl_decision_latency_seconds_bucket", le="0.25") == 2
+    assert value(got, "gctl_decision_latency_seconds_bucket", le="30.0") == 2
+    assert value(got, "gctl_decision_latency_seconds_bucket", le="60.0") == 3
+    assert value(got, "process_resident_memory_bytes") > 0
+
+
+def test_a_store_that_cannot_be_read_is_reported_not_raised(tmp_path: Path) -> None:
+    metrics = DaemonMetrics(db.connect(str(tmp_path / "never-initialised.db")))
+    server = serve("127.0.0.1:0", metrics)
+    try:
+        got = scrape(server)
+    finally:
+        server.close()
+    assert value(got, "gctl_store_up") == 0
+    assert not any(name == "gctl_gpus" for name, _ in got)
+
+
+def test_addresses() -> None:
+    assert parse_address("127.0.0.1:9400") == ("127.0.0.1", 9400)
+    assert parse_address(":9400") == ("0.0.0.0", 9400)
+    assert parse_address("[::1]:9400") == ("::1", 9400)
+    assert parse_address("metrics.lan:0") == ("metrics.lan", 0)
+    for bad in ("9400", "127.0.0.1", "127.0.0.1:", "host:http", ":70000", ":-1"):
+        with pytest.raises(ValueError, match="expected HOST:PORT or :PORT"):
+            parse_address(bad)
+
+
+def test_serving_on_every_interface_and_a_taken_port(tmp_path: Path) -> None:
+    metrics = DaemonMetrics(db.connect(str(tmp_path / "gctl.db")))
+    server = serve(":0", metrics)
+    try:
+        assert server.port > 0
+        assert "gctl_store_up" in {name for name, _ in scrape(server)}
+        with pytest.raises(ValueError, match=f"cannot serve metrics on :{server.port}: ") as exc:
+            serve(f":{server.port}", metrics)
+        assert "\n" not in str(exc.value)
+    finally:
+        server.close()
+    with socket.create_server(("127.0.0.1", server.port)):  # closing gave the port back
+        pass
+    with pytest.raises(ValueError, match=r"cannot serve metrics on no-such-host\.invalid:0"):
+        serve("no-such-host.invalid:0", metrics)
