@@ -401,6 +401,12 @@ def _queue_template(fmt: str) -> tuple[str, list[str]]:
     return "".join(out), codes
 
 
+_MECHANISM_WORDS = {
+    "checkpoint": "uses the job SDK: frozen to take turns, checkpointed to move or suspend",
+    "freeze": "no job SDK seen: only frozen in place (docker pause), never moved",
+}
+
+
 def job_detail(d: JobDetail) -> None:
     """``gctl show job``: scontrol-style key=value lines, then history."""
     v = d.view
@@ -408,6 +414,13 @@ def job_detail(d: JobDetail) -> None:
     print(f"   JobState={v.state} Reason={v.reason or 'None'} Held={'yes' if v.held else 'no'}")
     print(f"   Priority={v.priority} GPUs={v.gpus} Nodes={','.join(v.nodes) or '(none)'}")
     print(f"   SubmitTime={_when(v.submit_time)} StartTime={_when(v.start_time)}")
+    rt = d.runtime
+    how = _MECHANISM_WORDS.get(rt["mechanism"], "not started yet")
+    print(f"   Mechanism={rt['mechanism'] or '(none)'} ({how})")
+    print(f"   Attempt={rt['attempt']} Restarts={rt['restarts']}")
+    if rt["operation"]:
+        op = rt["operation"]
+        print(f"   Operation={op['kind']} in progress: {op['reason']}")
     spec = d.spec
     print(f"   Image={spec['image']}")
     print(f"   Command={json.dumps(spec['command'])}")

@@ -44,10 +44,12 @@ from gctl.hosts.ssh import HostError
 from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
+from gctl.store.models import AllocationRow, JobRow, NodeRow, now
 from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
 
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
+BATCH = 500
+"""Placements and queue reasons recorded per transaction."""
 
 
 @dataclass
@@ -67,19 +69,62 @@ class Applier:
         self.observe = observe
 
     def apply(self, decisions: list[Decision]) -> Applied:
-        """Carry out ``decisions`` in order; a refused one is reported, the rest go on."""
+        """Carry out ``decisions`` in order; a refused one is reported, the rest go on.
+
+        Runs of placements and queue reasons are started on the hosts one by
+        one and recorded together, in one transaction per :data:`BATCH`.
+        """
         out = Applied()
+        batch: list[Place | Queue] = []
         for d in decisions:
-            started = now()
-            try:
-                self._one(d)
-            except HostError as exc:
-                self._refused(d, str(exc))
-                out.failed.append((d, str(exc)))
-            else:
-                out.done.append(d)
-            self.observe(type(d).__name__.lower(), now() - started)
+            if isinstance(d, Place | Queue):
+                batch.append(d)
+                if len(batch) < BATCH:
+                    continue
+            self._batch(batch, out)
+            batch = []
+            if not isinstance(d, Place | Queue):
+                self._timed(d, out)
+        self._batch(batch, out)
         return out
+
+    def _timed(self, d: Decision, out: Applied) -> None:
+        started = now()
+        try:
+            self._one(d)
+        except HostError as exc:
+            self._refused(d, str(exc))
+            out.failed.append((d, str(exc)))
+        else:
+            out.done.append(d)
+        self.observe(type(d).__name__.lower(), now() - started)
+
+    def _batch(self, batch: list[Place | Queue], out: Applied) -> None:
+        """Start the placements on the hosts (no write lock held), then record the batch."""
+        if not batch:
+            return
+        started: list[tuple[Place | Queue, float]] = []
+        with transaction(self.site.store.engine, write=False) as s:
+            for d in batch:
+                at = now()
+                if isinstance(d, Place):
+                    try:
+                        self.site.start(s, self._row(s, d.job_id), d.gpus)
+                    except HostError as exc:
+                        self._refused(d, str(exc))
+                        out.failed.append((d, str(exc)))
+                        continue
+                started.append((d, at))
+        with transaction(self.site.store.engine, write=True) as s:
+            for d, _ in started:
+                row = self._row(s, d.job_id)
+                if isinstance(d, Place):
+                    self._record_place(s, row, d)
+                else:
+                    row.reason = d.reason
+                out.done.append(d)
+        for d, at in started:
+            self.observe(type(d).__name__.lower(), now() - at)
 
     def sync_modes(self) -> None:
         """Record how each placed job now shares its GPUs (exclusive, packed, time-sliced).
@@ -114,30 +159,20 @@ class Applier:
             return
         with transaction(self.site.store.engine, write=True) as s:
             row = self._row(s, d.job_id)
-            if isinstance(d, Place):
-                self._place(s, row, d)
-            elif isinstance(d, Queue):
-                row.reason = d.reason
-            elif isinstance(d, Suspend | Unpack):
+            if isinstance(d, Suspend | Unpack):
                 self._freeze(s, row, d.reason, "job.unpack" if isinstance(d, Unpack) else None)
-            else:  # Resume, or Pack onto the GPUs it holds
+            elif isinstance(d, Resume | Pack):  # Pack onto the GPUs it holds
                 self._thaw(s, row, d)
 
     def _holds(self, job_id: str, gpus: tuple[tuple[str, int], ...]) -> bool:
         with transaction(self.site.store.engine, write=False) as s:
             return job_gpus(s, self.snap.job_ids[job_id]) == sorted(gpus)
 
-    def _place(self, s: Session, row: JobRow, d: Place) -> None:
-        self.site.start(s, row, d.gpus)
-        ids = {
-            (name, index): gid
-            for gid, name, index in s.execute(
-                select(GpuRow.id, NodeRow.name, GpuRow.index).join(GpuRow.node)
-            )
-        }
+    def _record_place(self, s: Session, row: JobRow, d: Place) -> None:
         at = now()
         for ref in d.gpus:
-            s.add(AllocationRow(job_id=row.id, gpu_id=ids[ref], mode=d.mode.value, since=at))
+            gpu_id = self.snap.gpu_ids[ref]
+            s.add(AllocationRow(job_id=row.id, gpu_id=gpu_id, mode=d.mode.value, since=at))
         row.start_time = row.start_time or at
         row.mechanism = row.mechanism or MECHANISM_FREEZE
         set_state(s, row, "RUNNING", d.reason)
@@ -202,7 +237,9 @@ class Applier:
             row = s.get(JobRow, self.snap.job_ids[job_id])
             if row is None:
                 return
-            if isinstance(d, Place):
+            if isinstance(d, Place):  # containers it got on other nodes go
+                names = {n for n, _ in d.gpus}
+                self.site.kill(s.scalars(select(NodeRow).where(NodeRow.name.in_(names))), row.id)
                 s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
                 row.reason = f"start failed: {why}"
             events.record(s, "job.error", f"job {row.id}: {why}", job_id=row.id)

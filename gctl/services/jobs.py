@@ -121,6 +121,7 @@ class JobDetail:
     allocations: tuple[tuple[str, int, str], ...]
     history: tuple[tuple[float, str, str | None], ...]
     intents: tuple[tuple[int, str, str], ...]
+    runtime: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, stable keys; times as UTC datetimes (``emit_json`` writes ISO 8601)."""
@@ -132,6 +133,7 @@ class JobDetail:
                 {"at": utc(at), "state": st, "reason": why} for at, st, why in self.history
             ],
             "intents": [{"id": i, "kind": k, "status": st} for i, k, st in self.intents],
+            "runtime": self.runtime,
         }
 
 
@@ -298,6 +300,12 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             allocations=tuple((n, i, m) for n, i, m in allocs),
             history=tuple((a, st, why) for a, st, why in hist),
             intents=tuple((i, k, st) for i, k, st in intents),
+            runtime={
+                "mechanism": row.mechanism,
+                "attempt": row.attempt,
+                "restarts": row.restarts,
+                "operation": row.op,
+            },
         )
 
 

@@ -1,0 +1,668 @@
+"""Daemon latency and throughput: submit to running, switches, and one reactive pass at scale.
+
+Three parts, chosen with ``--part`` (default ``all``); GPUs are emulated
+throughout, so none of these are real-GPU figures:
+
+- ``submit``: from a job's submission to its container running, p50 and p99
+  over ``--jobs`` 1-GPU jobs (default 100) submitted one at a time every
+  ``--interval`` seconds (default 0.05) to a daemon running in a thread
+  (tick ``--tick``, default 0.2 s) over the two local test hosts (real sshd
+  and dockerd, 64 emulated V100s each). The end is the container's own
+  ``State.StartedAt`` from ``docker inspect`` on its host. Target: p99 at
+  most 2 s.
+- ``switch``: a time-slice switch, i.e. a freeze/thaw pair
+  (``Engine.pause`` then ``Engine.unpause`` of a running container over the
+  pooled SSH connection), p50 and p99 over ``--pairs`` pairs (default 50);
+  and a checkpoint migration of a small job between the two hosts
+  (``gctl migrate``: the intent, SIGTERM and checkpoint, the job directory
+  copied over, the next attempt started), from the operator's request to the
+  store showing the job running on the target with the new container
+  running, p50 and max over ``--migrations`` moves (default 5). Each move is
+  checked to resume past step 0 (``starts.log``). Target: at most 3 s.
+- ``reactive``: one reactive pass (:func:`gctl.daemon.passes.reactive_pass`)
+  over ``--nodes`` nodes of 8 emulated GPUs (default 1,000) and
+  ``--pending`` pending 1-GPU jobs (default 10,000) in a SQLite store; host
+  actions are skipped (:class:`NoContainerSite` starts no container and
+  contacts no host), so this measures the store, the policy and the apply
+  bookkeeping: decisions committed per second (target at least 5,000), and
+  where the time went (snapshot read, policy, apply).
+
+The host parts start the test hosts with ``scripts/testhosts.sh start 2``
+and stop them at the end (hosts that were already running are left running);
+they need root. Run:
+``.venv/bin/python bench/daemon.py [--part submit|switch|reactive|all]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, cast
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [
+    str(REPO / "tests" / "hosts"),
+    str(REPO / "tests" / "support"),
+    str(REPO / "tests" / "store"),
+]
+
+import testhosts  # noqa: E402
+from storekit import bulk_nodes  # noqa: E402
+
+from gctl.core.decisions import Decision, Place, Queue  # noqa: E402
+from gctl.core.model import GpuRef  # noqa: E402
+from gctl.core.policy import Policy, load_policy  # noqa: E402
+from gctl.core.state import ClusterState  # noqa: E402
+from gctl.daemon import passes  # noqa: E402
+from gctl.daemon.jobfiles import Mirror  # noqa: E402
+from gctl.daemon.loop import Daemon, DaemonConfig  # noqa: E402
+from gctl.daemon.metrics import DaemonMetrics  # noqa: E402
+from gctl.daemon.site import Site, Stopped  # noqa: E402
+from gctl.hosts.engine import ContainerSpec, ContainerState, Engine  # noqa: E402
+from gctl.hosts.ssh import Pool  # noqa: E402
+from gctl.services import db, hostops, jobs, nodes, specs  # noqa: E402
+from gctl.store.engine import transaction  # noqa: E402
+from gctl.store.models import (  # noqa: E402
+    AllocationRow,
+    GpuRow,
+    IntentRow,
+    JobRow,
+    JobStateRow,
+    NodeRow,
+)
+
+IMAGE = "gctl-test/train:1"
+TRAIN = ("python3", "/opt/gctl/train.py")
+EMULATED = "emulated GPUs"
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def _q(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank: p99 of 100 is the 99th smallest)."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float, every: float = 0.05) -> None:
+    """Poll ``check`` until it holds; RuntimeError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(every)
+    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _epoch(stamp: str) -> float:
+    """Docker's RFC 3339 time (nanoseconds, ``Z``) as epoch seconds."""
+    main, _, frac = stamp.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(main + "+00:00").timestamp()
+    return base + (float(f"0.{frac}") if frac else 0.0)
+
+
+def _docker(host: dict[str, Any], *argv: str) -> str:
+    """Run ``docker -H <host's engine> ARGV`` here; its stdout."""
+    return subprocess.run(
+        ["docker", "-H", host["docker_host"], *argv], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _containers(host: dict[str, Any], *filters: str) -> list[dict[str, Any]]:
+    """``docker inspect`` of every gctl job container on ``host`` matching the label filters."""
+    args = ["ps", "-aq", "--filter", "label=gctl.job"]
+    for f in filters:
+        args += ["--filter", f"label={f}"]
+    found = _docker(host, *args).split()
+    return json.loads(_docker(host, "inspect", *found)) if found else []
+
+
+def _remove_job_containers() -> None:
+    """Remove every gctl job container on the test hosts (as the host tests' cleanup does)."""
+    for h in testhosts.env()["hosts"]:
+        found = _docker(h, "ps", "-aq", "--filter", "label=gctl.job").split()
+        if found:
+            _docker(h, "rm", "-f", *found)
+
+
+def _hosts_up() -> bool:
+    """Whether test hosts h1 and h2 already run (then they are someone's: left running)."""
+    try:
+        found = testhosts.env()["hosts"]
+    except RuntimeError:
+        return False
+    up = [h for h in found if h["ssh_running"] and h["docker_running"]]
+    return len(up) >= 2
+
+
+def _host_store(info: dict[str, Any], path: Path, gpus: str) -> db.Store:
+    """A SQLite store at ``path`` with every test host as a node with emulated GPUs ``gpus``."""
+    store = db.connect(str(path))
+    db.upgrade(store)
+    for h in info["hosts"]:
+        nodes.add_node(
+            store, h["name"], h["host"], port=h["port"], ssh_user=h["user"],
+            key_path=info["key"], emulate_gpus=gpus, host_key_fingerprint=h["fingerprint"],
+            work_dir=h["work_dir"],
+        )  # fmt: skip
+    return store
+
+
+def _submit(store: db.Store, *argv: str) -> int:
+    """Submit one 1-GPU training job of the test image; its id."""
+    req = specs.build(image=IMAGE, command=[*TRAIN, *argv], gpus=1)
+    return jobs.submit(store, [req])[0]
+
+
+def _job(store: db.Store, job_id: int) -> JobRow:
+    """The job's row as the store has it now."""
+    with transaction(store.engine, write=False) as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        return row
+
+
+def _states(store: db.Store) -> str:
+    """How many jobs are in each state, for a timeout's message."""
+    with transaction(store.engine, write=False) as s:
+        got = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)).all()
+    return ", ".join(f"{n} {state}" for state, n in got)
+
+
+class _Recorded(DaemonMetrics):
+    """The daemon's metrics, also keeping how long each carried-out decision took."""
+
+    def __init__(self, store: db.Store) -> None:
+        super().__init__(store)
+        self.took: dict[str, list[float]] = {}
+
+    def decided(self, kind: str, seconds: float) -> None:
+        """Count the decision as the daemon does, and keep its duration."""
+        super().decided(kind, seconds)
+        self.took.setdefault(kind, []).append(seconds)
+
+
+@contextlib.contextmanager
+def _daemon(store: db.Store, metrics: DaemonMetrics, **config: Any) -> Iterator[Daemon]:
+    """A :class:`Daemon` running in a thread (ready: first reconcile done) until the block ends."""
+    daemon = Daemon(store, load_policy("gandiva"), DaemonConfig(**config), metrics)
+    stop, ready = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            daemon.run(stop, on_ready=ready.set)
+        except BaseException as exc:  # reported below, in the bench's thread
+            failed.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=run, name="gctl-daemon", daemon=True)
+    thread.start()
+    ready.wait(120)
+    try:
+        if failed:
+            raise RuntimeError(f"the daemon did not start: {failed[0]!r}")
+        yield daemon
+    finally:
+        stop.set()
+        thread.join(120)
+    if failed:
+        raise RuntimeError(f"the daemon failed: {failed[0]!r}")
+
+
+# --- submit -> container running ---------------------------------------------------------------
+
+
+def bench_submit(info: dict[str, Any], args: argparse.Namespace, tmp: Path) -> None:
+    """Submit ``--jobs`` jobs at a steady rate; print submit -> container running p50/p99."""
+    gpus = max(64, math.ceil(args.jobs / len(info["hosts"])))
+    store = _host_store(info, tmp / "submit.db", f"{gpus}xV100-16GB")
+    metrics = _Recorded(store)
+    config = {
+        "tick": args.tick,
+        "introspect_every": 3600.0,
+        "state_dir": tmp / "submit-state",
+    }
+    ids: list[int] = []
+    try:
+        with _daemon(store, metrics, **config):
+            first = due = time.monotonic()
+            for _ in range(args.jobs):
+                ids.append(_submit(store, "--steps", "100000", "--step-time", "0.5"))
+                due += args.interval
+                time.sleep(max(0.0, due - time.monotonic()))
+            submitted = time.monotonic() - first
+
+            def all_running() -> bool:
+                with transaction(store.engine, write=False) as s:
+                    left = s.scalar(
+                        select(func.count()).where(JobRow.id.in_(ids), JobRow.state != "RUNNING")
+                    )
+                return left == 0
+
+            try:
+                _wait(f"all {args.jobs} jobs RUNNING", all_running, args.timeout, every=0.2)
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc} ({_states(store)})") from None
+        with transaction(store.engine, write=False) as s:
+            submit_at = dict(s.execute(select(JobRow.id, JobRow.submit_time)).all())
+            running_at = dict(
+                s.execute(
+                    select(JobStateRow.job_id, func.min(JobStateRow.at))
+                    .where(JobStateRow.state == "RUNNING")
+                    .group_by(JobStateRow.job_id)
+                ).all()
+            )
+        started: dict[int, float] = {}
+        for h in info["hosts"]:
+            for c in _containers(h, "gctl.attempt=0"):
+                if c["State"]["Running"]:
+                    started[int(c["Config"]["Labels"]["gctl.job"])] = _epoch(
+                        c["State"]["StartedAt"]
+                    )
+    finally:
+        _remove_job_containers()
+    missing = [j for j in ids if j not in started]
+    if missing:
+        raise RuntimeError(f"{len(missing)} job(s) have no running container: {missing[:10]}")
+    to_container = [started[j] - submit_at[j] for j in ids]
+    to_store = [running_at[j] - submit_at[j] for j in ids]
+    place = metrics.took.get("place", [])
+    label = (
+        f"{args.jobs} 1-GPU jobs, one every {1000 * args.interval:.0f} ms, 2 test hosts"
+        f" x {gpus} {EMULATED}, daemon tick {args.tick:g} s"
+    )
+    print(f"submit -> container running ({label}):")
+    print(
+        f"  container StartedAt: p50 {_q(to_container, 0.5):.2f} s,"
+        f" p99 {_q(to_container, 0.99):.2f} s, max {max(to_container):.2f} s"
+        f" (target p99 <= 2 s: {'met' if _q(to_container, 0.99) <= 2 else 'MISSED'})"
+    )
+    print(
+        f"  store RUNNING recorded: p50 {_q(to_store, 0.5):.2f} s,"
+        f" p99 {_q(to_store, 0.99):.2f} s, max {max(to_store):.2f} s"
+    )
+    if place:
+        print(
+            f"  one Place carried out by the daemon: p50 {1000 * _q(place, 0.5):.0f} ms,"
+            f" p99 {1000 * _q(place, 0.99):.0f} ms ({len(place)} places);"
+            f" submissions took {submitted:.1f} s"
+        )
+
+
+# --- time-slice switch and checkpoint migration -------------------------------------------------
+
+
+def _node_row(store: db.Store, name: str) -> NodeRow:
+    """The stored node ``name``."""
+    with transaction(store.engine, write=False) as s:
+        return s.scalars(select(NodeRow).where(NodeRow.name == name)).one()
+
+
+def bench_freeze_thaw(store: db.Store, args: argparse.Namespace) -> None:
+    """Time ``--pairs`` pause + unpause pairs of one running container on h1; print p50/p99.
+
+    Runs before any daemon does (a daemon's reconcile removes containers of
+    jobs it does not know).
+    """
+    row = _node_row(store, "h1")
+    with Pool() as pool:
+        engine = hostops.engine(pool, row)
+        engine.info()  # the connection and API version once, as a running daemon has them
+        spec = ContainerSpec(
+            job_id=990001, attempt=0, node=row.name, image=IMAGE,
+            command=(*TRAIN, "--steps", "1000000", "--step-time", "0.05"),
+            gpu_indices=(0,), gpu_uuids=("GPU-emulated-h1-0",),
+            job_dir=hostops.job_dir(row, 990001), emulated=True,
+        )  # fmt: skip
+        cid = engine.start(spec)
+        try:
+            _wait("the container to run", lambda: engine.state(cid).running, 30)
+            engine.pause(cid)  # one untimed pair: the channels are open and warm after it
+            assert engine.state(cid).paused, "docker pause did not freeze the container"
+            engine.unpause(cid)
+            pairs, pauses, thaws = [], [], []
+            for _ in range(args.pairs):
+                t0 = time.perf_counter()
+                engine.pause(cid)
+                t1 = time.perf_counter()
+                engine.unpause(cid)
+                t2 = time.perf_counter()
+                pauses.append(t1 - t0)
+                thaws.append(t2 - t1)
+                pairs.append(t2 - t0)
+            assert engine.state(cid).running and not engine.state(cid).paused
+        finally:
+            engine.remove(cid)
+            engine.close()
+    print(f"time-slice switch, freeze + thaw pair (docker pause/unpause over SSH, {EMULATED}):")
+    print(
+        f"  pair: p50 {1000 * _q(pairs, 0.5):.1f} ms, p99 {1000 * _q(pairs, 0.99):.1f} ms"
+        f" ({args.pairs} pairs); pause p50 {1000 * _q(pauses, 0.5):.1f} ms,"
+        f" unpause p50 {1000 * _q(thaws, 0.5):.1f} ms"
+    )
+
+
+def _starts(info: dict[str, Any], node: str, job_id: int) -> list[tuple[int, int]]:
+    """``(attempt, step resumed at)`` of every start of the job on ``node`` (its starts.log)."""
+    path = Path(info["dir"], node, "work", "jobs", str(job_id), "starts.log")
+    text = path.read_text() if path.exists() else ""
+    return [(int(a), int(s)) for a, s in (line.split() for line in text.splitlines())]
+
+
+def _moved(store: db.Store, job_id: int, intent_id: int, dst: str, attempt: int) -> bool:
+    """Whether the store shows the move done: RUNNING on ``dst`` only, next attempt, no op."""
+    with transaction(store.engine, write=False) as s:
+        intent = s.get(IntentRow, intent_id)
+        if intent is not None and intent.status == "failed":
+            raise RuntimeError(f"migrate of job {job_id} failed: {intent.result}")
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        if row.state != "RUNNING" or row.op is not None or row.attempt != attempt:
+            return False
+        on = s.scalars(
+            select(NodeRow.name)
+            .join(GpuRow, GpuRow.node_id == NodeRow.id)
+            .join(AllocationRow, AllocationRow.gpu_id == GpuRow.id)
+            .where(AllocationRow.job_id == job_id)
+            .distinct()
+        ).all()
+    return list(on) == [dst]
+
+
+def _migrate_once(store: db.Store, info: dict[str, Any], job_id: int) -> tuple[float, str, int]:
+    """Migrate the job to the other host; seconds to running there, the target, resumed step."""
+    row = _job(store, job_id)
+    src = jobs.show_job(store, job_id).view.nodes[0]
+    dst = "h2" if src == "h1" else "h1"
+    attempt = row.attempt + 1
+    host = next(h for h in info["hosts"] if h["name"] == dst)
+    asked = time.time()
+    jobs.act(store, job_id, "migrate", to=dst)
+    with transaction(store.engine, write=False) as s:
+        intent_id = s.scalar(select(func.max(IntentRow.id)).where(IntentRow.job_id == job_id))
+    assert intent_id is not None
+    _wait("the move in the store", lambda: _moved(store, job_id, intent_id, dst, attempt), 60, 0.01)
+    found: list[dict[str, Any]] = []
+
+    def new_container_runs() -> bool:
+        found[:] = _containers(host, f"gctl.job={job_id}", f"gctl.attempt={attempt}")
+        return bool(found) and bool(found[0]["State"]["Running"])
+
+    _wait("the new container to run", new_container_runs, 30, 0.01)
+    with transaction(store.engine, write=False) as s:
+        recorded = s.scalar(
+            select(func.max(JobStateRow.at)).where(
+                JobStateRow.job_id == job_id, JobStateRow.state == "RUNNING"
+            )
+        )
+    assert recorded is not None
+    took = max(recorded, _epoch(found[0]["State"]["StartedAt"])) - asked
+
+    def logged() -> bool:
+        return any(a == attempt for a, _ in _starts(info, dst, job_id))
+
+    _wait(f"attempt {attempt} in starts.log on {dst}", logged, 30)
+    step = next(s for a, s in _starts(info, dst, job_id) if a == attempt)
+    return took, dst, step
+
+
+def bench_migrate(
+    store: db.Store, info: dict[str, Any], args: argparse.Namespace, tmp: Path
+) -> None:
+    """Migrate one small job back and forth ``--migrations`` times; print p50/max and progress."""
+    config = {
+        "tick": args.tick,
+        "introspect_every": 3600.0,
+        "heartbeat_every": 0.5,  # the profile pass learns the job uses the SDK
+        "reconcile_every": 30.0,
+        "grace": 10.0,
+        "state_dir": tmp / "switch-state",
+    }
+    took: list[float] = []
+    resumed: list[int] = []
+    try:
+        with _daemon(store, DaemonMetrics(store), **config):
+            job_id = _submit(store, "--steps", "100000", "--step-time", "0.05")
+            _wait(
+                "the job to run and be known to checkpoint",
+                lambda: _job(store, job_id).mechanism == "checkpoint",
+                60,
+            )
+            for _ in range(args.migrations):
+                time.sleep(args.settle)  # let it make progress (and a checkpoint) between moves
+                seconds, dst, step = _migrate_once(store, info, job_id)
+                if step <= 0 or (resumed and step < resumed[-1]):
+                    raise RuntimeError(f"job {job_id} resumed at step {step} on {dst}: no progress")
+                took.append(seconds)
+                resumed.append(step)
+    finally:
+        _remove_job_containers()
+    print(
+        f"checkpoint migration h1 <-> h2 (1-GPU train.py, 0.05 s steps, {EMULATED},"
+        f" daemon tick {args.tick:g} s):"
+    )
+    print(
+        f"  request -> RUNNING on target with new container running: p50"
+        f" {statistics.median(took):.2f} s, max {max(took):.2f} s ({len(took)} moves;"
+        f" target <= 3 s: {'met' if max(took) <= 3 else 'MISSED'})"
+    )
+    print(f"  resumed at steps {', '.join(map(str, resumed))} (progress kept across every move)")
+
+
+def bench_switch(info: dict[str, Any], args: argparse.Namespace, tmp: Path) -> None:
+    """Freeze/thaw pairs, then checkpoint migrations, on a store of the two test hosts."""
+    store = _host_store(info, tmp / "switch.db", "2xV100-16GB")
+    try:
+        bench_freeze_thaw(store, args)
+    finally:
+        _remove_job_containers()
+    bench_migrate(store, info, args, tmp)
+
+
+# --- one reactive pass at scale, no host actions -----------------------------------------------
+
+
+class _NoEngine:
+    """An engine that is never reached: getting one is fine, any call on it is an error."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            f"engine.{name} on {self.node} attempted; the benchmark contacts no host"
+        )
+
+
+class NoContainerSite(Site):
+    """A :class:`Site` that carries out no host action: nothing is started, stopped or asked.
+
+    Placing a job records it in the store as the daemon does, but no
+    container starts. A freeze (time slicing's Suspend) finds no container
+    to pause and only records the state; any call that would reach a host's
+    engine is an error.
+    """
+
+    def engine(self, row: NodeRow) -> Engine:
+        """A stand-in engine that refuses every call (see :class:`_NoEngine`)."""
+        return cast(Engine, _NoEngine(row.name))
+
+    def start(self, s: Session, row: JobRow, refs: Iterable[GpuRef]) -> None:
+        """Start nothing (the store is still written by the caller)."""
+
+    def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:
+        """No containers anywhere."""
+        return []
+
+    def stop(self, nodes: Iterable[NodeRow], job_id: int, attempt: int | None) -> Stopped:
+        """Nothing to stop."""
+        return Stopped()
+
+    def kill(self, nodes: Iterable[NodeRow], job_id: int) -> list[str]:
+        """Nothing to kill."""
+        return []
+
+    def restore(self, node: NodeRow, job_id: int) -> None:
+        """No job directory to restore."""
+
+    def save(self, node: NodeRow, job_id: int) -> bytes:
+        """No job directory to save."""
+        return b""
+
+
+class _TimedPolicy:
+    """A policy wrapper that adds up the time spent in :meth:`schedule`."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.seconds = 0.0
+
+    def schedule(self, state: ClusterState, now: float) -> list[Decision]:
+        """The wrapped policy's decisions, timed."""
+        started = time.perf_counter()
+        try:
+            return self.policy.schedule(state, now)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def introspect(self, state: ClusterState, now: float) -> list[Decision]:
+        """The wrapped policy's introspective decisions."""
+        return self.policy.introspect(state, now)
+
+    def wants_introspection(self, state: ClusterState) -> bool:
+        """Whether the wrapped policy would introspect."""
+        return self.policy.wants_introspection(state)
+
+
+@contextlib.contextmanager
+def _timed_steps(names: Iterable[str]) -> Iterator[dict[str, float]]:
+    """Time the named functions of :mod:`gctl.daemon.passes` while the block runs.
+
+    reactive_pass looks them up in its module at each call, so wrapping the
+    module's names times exactly its own steps; they are put back after.
+    """
+    took: dict[str, float] = {}
+    saved = {n: getattr(passes, n) for n in names}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*a: Any, **kw: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                took[name] = took.get(name, 0.0) + time.perf_counter() - started
+
+        return call
+
+    for name, fn in saved.items():
+        setattr(passes, name, timed(name, fn))
+    try:
+        yield took
+    finally:
+        for name, fn in saved.items():
+            setattr(passes, name, fn)
+
+
+def bench_reactive(args: argparse.Namespace, tmp: Path) -> None:
+    """One reactive pass over ``--pending`` jobs on ``--nodes`` nodes; print decisions/s."""
+    store = db.connect(str(tmp / "reactive.db"))
+    db.upgrade(store)
+    bulk_nodes(store, args.nodes, "nvlink")
+    with transaction(store.engine, write=True) as s:
+        s.execute(update(NodeRow).values(emulated=True))
+        s.execute(update(GpuRow).values(emulated=True))
+    req = specs.build(image=IMAGE, command=[*TRAIN, "--steps", "100"], gpus=1)
+    job_ids = jobs.submit(store, [req] * args.pending)
+    policy = _TimedPolicy(load_policy("gandiva"))
+    observed: dict[str, list[float]] = {}
+
+    def observe(kind: str, seconds: float) -> None:
+        observed.setdefault(kind, []).append(seconds)
+
+    with Pool() as pool:
+        site = NoContainerSite(store, pool, Mirror(tmp / "reactive-mirror"))
+        with _timed_steps(("finish_exited", "read", "decide_and_apply")) as took:
+            started = time.perf_counter()
+            applied = passes.reactive_pass(site, policy, time.time(), observe)
+            total = time.perf_counter() - started
+    with transaction(store.engine, write=False) as s:
+        holding = set(s.scalars(select(AllocationRow.job_id).distinct()))
+    placed = [d for d in applied.done if isinstance(d, Place) and int(d.job_id) in holding]
+    queued = [d for d in applied.done if isinstance(d, Queue)]
+    other = len(applied.done) - len(placed) - len(queued)
+    committed = len(placed) + len(queued)
+    apply_s = took.get("decide_and_apply", 0.0)
+    carry = sum(sum(v) for v in observed.values())
+    print(
+        f"reactive pass, {args.nodes:,} nodes x 8 {EMULATED}, {len(job_ids):,} pending 1-GPU jobs"
+        " (host actions skipped: no container is started, no host contacted):"
+    )
+    print(
+        f"  {committed:,} decisions committed ({len(placed):,} Place with allocation rows,"
+        f" {len(queued):,} Queue; {other} other, {len(applied.failed)} refused)"
+        f" in {total:.2f} s: {committed / total:,.0f} decisions/s"
+        f" (target >= 5,000: {'met' if committed / total >= 5000 else 'MISSED'})"
+    )
+    print(
+        f"  split: finish_exited {took.get('finish_exited', 0.0):.3f} s,"
+        f" snapshot read {took.get('read', 0.0):.3f} s, policy {policy.seconds:.3f} s,"
+        f" apply {apply_s:.3f} s (decisions {carry:.3f} s, sharing modes"
+        f" {max(0.0, apply_s - carry):.3f} s)"
+    )
+    if apply_s:
+        print(f"  apply alone: {committed / apply_s:,.0f} decisions/s")
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    """Parse the options and run the chosen parts."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("submit", "switch", "reactive", "all"), default="all")
+    parser.add_argument("--tick", type=float, default=0.2, help="daemon tick, seconds")
+    parser.add_argument("--jobs", type=int, default=100, help="submit: jobs submitted")
+    parser.add_argument("--interval", type=float, default=0.05, help="submit: seconds apart")
+    parser.add_argument("--timeout", type=float, default=300.0, help="submit: wait at most")
+    parser.add_argument("--pairs", type=int, default=50, help="switch: freeze/thaw pairs")
+    parser.add_argument("--migrations", type=int, default=5, help="switch: migrations")
+    parser.add_argument("--settle", type=float, default=1.0, help="switch: seconds between moves")
+    parser.add_argument("--nodes", type=int, default=1000, help="reactive: nodes of 8 GPUs")
+    parser.add_argument("--pending", type=int, default=10_000, help="reactive: pending jobs")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        if args.part in ("submit", "switch", "all"):
+            already = _hosts_up()
+            info = testhosts.start(2)
+            try:
+                if args.part in ("submit", "all"):
+                    bench_submit(info, args, tmp)
+                if args.part in ("switch", "all"):
+                    bench_switch(info, args, tmp)
+            finally:
+                if not already:
+                    testhosts.stop()
+        if args.part in ("reactive", "all"):
+            bench_reactive(args, tmp)
+
+
+if __name__ == "__main__":
+    main()
