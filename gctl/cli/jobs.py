@@ -235,11 +235,19 @@ def defrag(
     """
     from gctl.services import defrag as service  # here: only this command needs the core
 
-    result = service.plan(store(ctx), threshold=threshold, max_moves=max_moves, record=not dry_run)
+    st = store(ctx)
+    result = service.plan(st, threshold=threshold, max_moves=max_moves, record=not dry_run)
+    done = None
+    if result.recorded:
+        from gctl.daemon.intents import carry_out_unless_a_daemon_runs
+
+        done = carry_out_unless_a_daemon_runs(st)
     if json_out:
-        render.emit_json(result.to_dict())
+        outcomes = None if done is None else [o.to_dict() for o in done]
+        render.emit_json({**result.to_dict(), "carried_out": outcomes})
     else:
         render.defrag_plan(result, dry_run=dry_run)
+        render.outcomes(done, recorded=result.recorded)
 
 
 def why(ctx: typer.Context, job_id: JobArg, json_out: JsonOpt = False) -> None:

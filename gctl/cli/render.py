@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from gctl.daemon.intents import Outcome
     from gctl.services.defrag import Plan
     from gctl.services.events import EventView
     from gctl.services.jobs import JobDetail, JobView
@@ -405,6 +406,18 @@ _MECHANISM_WORDS = {
     "checkpoint": "uses the job SDK: frozen to take turns, checkpointed to move or suspend",
     "freeze": "no job SDK seen: only frozen in place (docker pause), never moved",
 }
+
+
+def outcomes(done: list[Outcome] | None, *, recorded: bool) -> None:
+    """What became of intents carried out by the command itself (None: the daemon has them)."""
+    if not recorded:
+        return
+    if done is None:
+        print("a running daemon carries the moves out (see gctl events)")
+        return
+    print("no daemon runs; carried out here:")
+    for o in done:
+        print(f"   {o.kind} of job {o.job_id}: {o.status}: {o.result}")
 
 
 def job_detail(d: JobDetail) -> None:

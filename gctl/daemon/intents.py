@@ -16,14 +16,20 @@ marked ``done`` or ``failed`` with the result in words (also an event).
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from gctl.core.placement import node_set
-from gctl.daemon import moves
+from gctl.daemon import lease, moves
+from gctl.daemon.jobfiles import Mirror, mirror_dir
 from gctl.daemon.site import Site, job_gpus, job_nodes
-from gctl.hosts.ssh import HostError
+from gctl.hosts.ssh import HostError, Pool
 from gctl.services import events
+from gctl.services.db import Store
 from gctl.services.jobs import FINISHED, set_state
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, IntentRow, JobRow, now
@@ -34,14 +40,30 @@ class Refused(Exception):
     """An intent that cannot be carried out, with why."""
 
 
-def carry_out(site: Site) -> int:
-    """Carry out every pending intent; how many there were."""
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one intent."""
+
+    intent_id: int
+    kind: str
+    job_id: int | None
+    status: str
+    result: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form with stable keys."""
+        return asdict(self)
+
+
+def carry_out(site: Site) -> list[Outcome]:
+    """Carry out every pending intent, oldest first; what became of each."""
     with transaction(site.store.engine, write=False) as s:
         pending = s.execute(
             select(IntentRow.id, IntentRow.kind, IntentRow.job_id, IntentRow.args, IntentRow.user)
             .where(IntentRow.status == "pending")
             .order_by(IntentRow.id)
         ).all()
+    out: list[Outcome] = []
     for intent_id, kind, job_id, args, user in pending:
         try:
             result = _one(site, kind, job_id, dict(args or {}), user)
@@ -53,7 +75,31 @@ def carry_out(site: Site) -> int:
             if intent is not None:
                 intent.status, intent.result, intent.done_at = status, result, now()
             events.record(s, f"intent.{status}", f"{kind} of job {job_id}: {result}", job_id=job_id)
-    return len(pending)
+        out.append(Outcome(intent_id, kind, job_id, status, result))
+    return out
+
+
+def carry_out_unless_a_daemon_runs(
+    store: Store, state_dir: Path | None = None
+) -> list[Outcome] | None:
+    """Carry out pending intents here when no daemon holds the store; None when one does.
+
+    The lease is held meanwhile, so a daemon started now waits its turn.
+    """
+    try:
+        lease.acquire(store)
+    except lease.LeaseHeld:
+        return None
+    mirror = Mirror(mirror_dir(state_dir))
+    try:
+        with Pool() as pool:
+            site = Site(store, pool, mirror)
+            try:
+                return carry_out(site)
+            finally:
+                site.close()
+    finally:
+        lease.release(store)
 
 
 def _one(site: Site, kind: str, job_id: int | None, args: dict[str, object], user: str) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gctl.config import default_db_path
 from gctl.hosts.ssh import HostError, Pool, Target
 from gctl.job import CHECKPOINT_FILE, PROGRESS_FILE
 
@@ -106,6 +107,11 @@ def _mkdir(pool: Pool, target: Target, path: str) -> None:
     res = pool.run(target, ["mkdir", "-p", path])
     if res.rc != 0:
         raise HostError(target.node, f"mkdir {path} failed: {res.stderr.decode()[-200:]}")
+
+
+def mirror_dir(state_dir: Path | None) -> Path:
+    """Where the daemon keeps its copies: ``STATE_DIR/checkpoints`` (default: by the database)."""
+    return (state_dir or default_db_path().parent) / "checkpoints"
 
 
 class Mirror:

@@ -22,11 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gctl.config import default_db_path
 from gctl.core.policy import Policy
 from gctl.daemon import dcgm, intents, lease, passes
 from gctl.daemon.health import Heartbeat
-from gctl.daemon.jobfiles import Mirror
+from gctl.daemon.jobfiles import Mirror, mirror_dir
 from gctl.daemon.metrics import DaemonMetrics
 from gctl.daemon.reconcile import reconcile
 from gctl.daemon.site import DEFAULT_GRACE, Site
@@ -63,7 +62,7 @@ class DaemonConfig:
     @property
     def mirror_dir(self) -> Path:
         """Where the daemon keeps its copy of each job's checkpoint."""
-        return (self.state_dir or default_db_path().parent) / "checkpoints"
+        return mirror_dir(self.state_dir)
 
 
 class Daemon:

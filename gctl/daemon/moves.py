@@ -18,9 +18,10 @@ called for every job with a pending operation before anything is decided):
    operation; requeue and suspend instead leave the job waiting.
 
 Progress therefore continues from the last checkpoint, never from zero. A
-host that does not answer during the move has its part skipped: the mirror's
-last copy stands in for the job directory, and a target that refuses sends
-the job back to the queue.
+source host that does not answer holds the move back (the job may still run
+there) until it answers or is marked down; then the mirror's last copy
+stands in for its job directory. A target that refuses sends the job back to
+the queue.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def finish(site: Site, job_id: int) -> str:
     if kind in RESTART_KINDS and dst_nodes and _already_started(site, dst_nodes, job_id, new):
         return _done(site, job_id, op, "restarted (found running)")
     stopped = site.stop(src_nodes, job_id, old)
+    alive = [n for n in stopped.unreachable if _node_up(src_nodes, n)]
+    if alive:  # the job may still run there: never start it twice
+        raise HostError(alive[0], "cannot stop the job there; the move is retried")
     data, report = _take_checkpoint(site, src_nodes, job_id)
     if report is not None and report.finished and stopped.clean and stopped.exit_codes:
         return _completed(site, job_id)
@@ -139,6 +143,10 @@ def _nodes(s: Session, refs: list[list[Any]]) -> list[NodeRow]:
     for r in rows:
         _ = r.gpus  # loaded now: the rows are used after the transaction
     return sorted(rows, key=lambda r: r.name)
+
+
+def _node_up(nodes: list[NodeRow], name: str) -> bool:
+    return any(n.name == name and n.admin_state != "down" for n in nodes)
 
 
 def _already_started(site: Site, nodes: list[NodeRow], job_id: int, attempt: int) -> bool:

@@ -7,13 +7,13 @@ import time
 
 import pytest
 from clikit import run
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from storekit import node, on_gpus, req
 
 from gctl.services import db, defrag, jobs
 from gctl.services.errors import ServiceError
 from gctl.store.engine import transaction
-from gctl.store.models import IntentRow
+from gctl.store.models import DaemonLeaseRow, IntentRow, JobRow, now
 
 
 def _fragmented(store: db.Store) -> list[int]:
@@ -78,5 +78,19 @@ def test_cli(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, err = run("defrag", "--dry-run")
     assert code == 0, err
     assert "a1:0" in out and "whole nodes free: 0 -> 1" in out and "nothing recorded" in out
+    with transaction(store.engine, write=True) as s:  # a live daemon elsewhere holds the store
+        s.add(DaemonLeaseRow(id=1, holder="other:1", pid=1, started_at=now(), heartbeat_at=now()))
     code, out, _ = run("defrag", "--json")
-    assert code == 0 and json.loads(out)["recorded"] is True
+    doc = json.loads(out)
+    assert code == 0 and doc["recorded"] is True and doc["carried_out"] is None
+    with transaction(store.engine, write=True) as s:
+        s.execute(delete(DaemonLeaseRow))
+        s.execute(delete(IntentRow))
+    code, out, _ = run("defrag")  # no daemon: carried out here, and the host is not there
+    assert code == 0
+    assert "no daemon runs; carried out here:" in out
+    assert "migrate of job 1: failed: a1: cannot stop the job there; the move is retried" in out
+    with transaction(store.engine, write=False) as s:
+        assert [i.status for i in s.scalars(select(IntentRow))] == ["failed"]
+        job = s.get(JobRow, 1)
+        assert job is not None and job.op is not None and job.op["kind"] == "migrate"
