@@ -229,3 +229,38 @@ def test_a_node_that_stops_answering_is_marked_down_and_its_jobs_finish_elsewher
     with transaction(host_store.engine, write=False) as s:
         node = s.scalars(select(NodeRow).where(NodeRow.name == "h1")).one()
         assert node.reason is None
+
+
+def test_an_elastic_job_grows_when_idle_and_shrinks_when_work_arrives(
+    host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+) -> None:
+    nodes.set_admin_state(host_store, "h2", "drain", "only h1 in this test")
+    job = _submit(host_store, "--steps", "100000", "--step-time", "0.05", elastic="1:2")
+    start_daemon(host_store, policy_options={"quantum": 1.0, "grow_idle_period": 1.0})
+    _wait("grown to 2 GPUs", lambda: len(jobs.show_job(host_store, job).allocations) == 2)
+    assert "job.grow" in _kinds(host_store, job)
+    newcomer = _submit(host_store, "--steps", "20", "--step-time", "0.05")
+    _wait("shrunk to 1 GPU", lambda: len(jobs.show_job(host_store, job).allocations) == 1)
+    assert "job.shrink" in _kinds(host_store, job)
+    _wait("the newcomer done", lambda: _jobs(host_store)[newcomer].state == "COMPLETED")
+    starts = _starts(hosts, "h1", job)
+    assert [a for a, _ in starts] == [0, 1, 2]  # started, restarted grown, restarted shrunk
+    assert starts[2][1] >= starts[1][1] > 0  # each restart from a checkpoint, never from zero
+    jobs.act(host_store, job, "cancel")
+    _wait("cancelled", lambda: _jobs(host_store)[job].state == "CANCELLED")
+
+
+def test_a_high_priority_job_is_never_suspended_for_normal_ones(
+    host_store: db.Store, start_daemon: Callable[..., Running]
+) -> None:
+    nodes.set_admin_state(host_store, "h2", "drain", "only h1 in this test")
+    high = _submit(host_store, "--steps", "60", "--step-time", "0.05", priority="high")
+    normal = [_submit(host_store, "--steps", "30", "--step-time", "0.05") for _ in range(3)]
+    start_daemon(host_store, policy_options={"quantum": 0.5})
+    _wait(
+        "all completed",
+        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
+        timeout=120,
+    )
+    assert "job.suspend" not in _kinds(host_store, high)
+    assert any("job.suspend" in _kinds(host_store, j) for j in normal)  # they took turns
