@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.decisions import (
     Decision,
@@ -38,6 +38,7 @@ from gctl.core.decisions import (
     Suspend,
     Unpack,
 )
+from gctl.core.model import GpuRef
 from gctl.daemon import moves
 from gctl.daemon.site import Site, job_gpus, job_nodes
 from gctl.hosts.ssh import HostError
@@ -49,7 +50,9 @@ from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
 
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
 BATCH = 500
-"""Placements and queue reasons recorded per transaction."""
+"""Decisions recorded per transaction."""
+Batched = Place | Queue | Suspend | Unpack
+"""Decisions carried out in batches: a host action each, recorded together."""
 
 
 @dataclass
@@ -67,23 +70,26 @@ class Applier:
         self.site = site
         self.snap = snap
         self.observe = observe
+        self._nodes: dict[str, NodeRow] | None = None
+        self._placed: dict[str, tuple[GpuRef, ...]] = {}
 
     def apply(self, decisions: list[Decision]) -> Applied:
         """Carry out ``decisions`` in order; a refused one is reported, the rest go on.
 
-        Runs of placements and queue reasons are started on the hosts one by
-        one and recorded together, in one transaction per :data:`BATCH`.
+        Runs of placements, queue reasons and freezes are carried out on the
+        hosts one by one and recorded together, one transaction per
+        :data:`BATCH`; moves and thaws are carried out one at a time.
         """
         out = Applied()
-        batch: list[Place | Queue] = []
+        batch: list[Batched] = []
         for d in decisions:
-            if isinstance(d, Place | Queue):
+            if isinstance(d, Place | Queue | Suspend | Unpack):
                 batch.append(d)
                 if len(batch) < BATCH:
                     continue
             self._batch(batch, out)
             batch = []
-            if not isinstance(d, Place | Queue):
+            if not isinstance(d, Place | Queue | Suspend | Unpack):
                 self._timed(d, out)
         self._batch(batch, out)
         return out
@@ -99,29 +105,50 @@ class Applier:
             out.done.append(d)
         self.observe(type(d).__name__.lower(), now() - started)
 
-    def _batch(self, batch: list[Place | Queue], out: Applied) -> None:
-        """Start the placements on the hosts (no write lock held), then record the batch."""
+    def _rows(self, s: Session, batch: list[Batched]) -> dict[int, JobRow]:
+        ids = {self.snap.job_ids[d.job_id] for d in batch}
+        return {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
+
+    def _node_rows(self, s: Session) -> dict[str, NodeRow]:
+        """Every node with its GPUs, read once per applier (placements look them up)."""
+        if self._nodes is None:
+            query = select(NodeRow).options(selectinload(NodeRow.gpus))
+            self._nodes = {n.name: n for n in s.scalars(query)}
+        return self._nodes
+
+    def _batch(self, batch: list[Batched], out: Applied) -> None:
+        """Act on the hosts (no write lock held), then record the whole batch in one go."""
         if not batch:
             return
-        started: list[tuple[Place | Queue, float]] = []
+        started: list[tuple[Batched, float]] = []
         with transaction(self.site.store.engine, write=False) as s:
+            rows = self._rows(s, batch)
             for d in batch:
                 at = now()
-                if isinstance(d, Place):
-                    try:
-                        self.site.start(s, self._row(s, d.job_id), d.gpus)
-                    except HostError as exc:
-                        self._refused(d, str(exc))
-                        out.failed.append((d, str(exc)))
-                        continue
+                row = rows.get(self.snap.job_ids[d.job_id])
+                try:
+                    if row is None:
+                        raise HostError("-", f"job {d.job_id} removed from the store")
+                    if isinstance(d, Place):
+                        self.site.start(s, row, d.gpus, nodes=self._node_rows(s))
+                        self._placed[d.job_id] = d.gpus
+                    elif isinstance(d, Suspend | Unpack):
+                        self._pause(s, row, d.job_id)
+                except HostError as exc:
+                    self._refused(d, str(exc))
+                    out.failed.append((d, str(exc)))
+                    continue
                 started.append((d, at))
-        with transaction(self.site.store.engine, write=True) as s:
+        with transaction(self.site.store.engine, write=True) as s, s.no_autoflush:
+            rows = self._rows(s, [d for d, _ in started])
             for d, _ in started:
-                row = self._row(s, d.job_id)
+                row = rows[self.snap.job_ids[d.job_id]]
                 if isinstance(d, Place):
                     self._record_place(s, row, d)
-                else:
+                elif isinstance(d, Queue):
                     row.reason = d.reason
+                else:
+                    self._record_freeze(s, row, d)
                 out.done.append(d)
         for d, at in started:
             self.observe(type(d).__name__.lower(), now() - at)
@@ -159,9 +186,7 @@ class Applier:
             return
         with transaction(self.site.store.engine, write=True) as s:
             row = self._row(s, d.job_id)
-            if isinstance(d, Suspend | Unpack):
-                self._freeze(s, row, d.reason, "job.unpack" if isinstance(d, Unpack) else None)
-            elif isinstance(d, Resume | Pack):  # Pack onto the GPUs it holds
+            if isinstance(d, Resume | Pack):  # Pack onto the GPUs it holds
                 self._thaw(s, row, d)
 
     def _holds(self, job_id: str, gpus: tuple[tuple[str, int], ...]) -> bool:
@@ -179,17 +204,26 @@ class Applier:
         text = f"job {row.id} on {moves.where(d.gpus)}: {d.reason}"
         events.record(s, "job.place", text, job_id=row.id, data={"to": moves.where(d.gpus)})
 
-    def _freeze(self, s: Session, row: JobRow, reason: str, kind: str | None) -> None:
-        for node in job_nodes(s, row.id):
+    def _pause(self, s: Session, row: JobRow, job_id: str) -> None:
+        """Freeze the job's running containers (it may have been placed in this very batch)."""
+        if job_id in self._placed:
+            names = {n for n, _ in self._placed[job_id]}
+            nodes = [n for name, n in self._node_rows(s).items() if name in names]
+        else:
+            nodes = job_nodes(s, row.id)
+        for node in nodes:
             engine = self.site.engine(node)
             for c in self.site.containers(node, row.id, row.attempt):
                 if c.running and not c.paused:
                     engine.pause(c.id)
-        set_state(s, row, "SUSPENDED", reason)
+
+    @staticmethod
+    def _record_freeze(s: Session, row: JobRow, d: Suspend | Unpack) -> None:
+        set_state(s, row, "SUSPENDED", d.reason)
         events.record(
             s,
-            kind or "job.suspend",
-            f"job {row.id} suspended (freeze): {reason}",
+            "job.unpack" if isinstance(d, Unpack) else "job.suspend",
+            f"job {row.id} suspended (freeze): {d.reason}",
             job_id=row.id,
             data={"mechanism": "freeze"},
         )

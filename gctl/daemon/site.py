@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -64,17 +64,27 @@ class Site:
             engine.close()
         self._engines.clear()
 
-    def start(self, s: Session, row: JobRow, refs: Iterable[GpuRef]) -> None:
+    def start(
+        self,
+        s: Session,
+        row: JobRow,
+        refs: Iterable[GpuRef],
+        *,
+        nodes: Mapping[str, NodeRow] | None = None,
+    ) -> None:
         """Start the job's current attempt on ``refs``: one container per node, GPUs pinned.
 
         A restarted job (attempt above 0) first gets the mirror's copy of its
         directory on every node whose own copy has an older checkpoint; a new
-        one starts with an empty directory.
+        one starts with an empty directory. ``nodes`` are the node rows (with
+        their GPUs) by name, when the caller has read them already.
         """
         by_node: dict[str, list[int]] = defaultdict(list)
         for name, index in refs:
             by_node[name].append(index)
-        nodes = {n.name: n for n in s.scalars(select(NodeRow).where(NodeRow.name.in_(by_node)))}
+        if nodes is None:
+            query = select(NodeRow).where(NodeRow.name.in_(by_node))
+            nodes = {n.name: n for n in s.scalars(query)}
         for name, indices in by_node.items():
             node = nodes.get(name)
             if node is None:

@@ -37,7 +37,7 @@ def test_emulated_gpus_request_no_device_but_get_the_same_env_and_labels() -> No
         "1",
     )
     assert spec.labels() == {
-        "gctl.job": "7", "gctl.node": "gpu01", "gctl.gpus": "2,3",
+        "gctl.job": "7", "gctl.attempt": "2", "gctl.node": "gpu01", "gctl.gpus": "2,3",
         "gctl.gpu-uuids": "GPU-aaaa,GPU-bbbb", "gctl.emulated": "1", "gctl.gpu-mem-mb": "8000",
     }  # fmt: skip
     assert spec.name == "gctl-7-2"

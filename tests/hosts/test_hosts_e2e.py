@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,15 @@ TRAIN = ("python3", "/opt/gctl/train.py")
 
 
 def _engine(store: db.Store, pool: Pool, name: str) -> tuple[Engine, str]:
-    """A node's engine and the job directory root, read from the store as the daemon will."""
+    """A node's engine and a fresh job directory root under the node's work dir.
+
+    Fresh: the daemon tests leave job directories with checkpoints behind, and
+    the training program resumes from one it finds.
+    """
     with transaction(store.engine, write=False) as s:
         row = s.scalars(select(NodeRow).where(NodeRow.name == name)).one()
-        return hostops.engine(pool, row), hostops.job_dir(row, 0).rsplit("/", 1)[0]
+        root = hostops.job_dir(row, 0).rsplit("/", 1)[0]
+        return hostops.engine(pool, row), f"{root}/e2e-{uuid.uuid4().hex[:12]}"
 
 
 def _spec(
