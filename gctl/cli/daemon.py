@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from gctl.cli import render
 from gctl.cli.context import store
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options
@@ -93,7 +94,7 @@ def daemon(
 
     def ready() -> None:
         where = f"; metrics on :{server.port}" if server is not None else ""
-        typer.echo(f"gctl daemon: policy {chosen.name}, store {st.url}{where}", err=True)
+        render.status(f"gctl daemon: policy {chosen.name}, store {st.url}{where}")
 
     try:
         Daemon(st, chosen, config, counters).run(stop, on_ready=ready)

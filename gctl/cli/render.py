@@ -68,6 +68,11 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE).decode())
 
 
+def status(message: str) -> None:
+    """A line about what a long-running command is doing, on stderr (stdout stays for data)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def error(message: str) -> None:
     """One-line error on stderr, never wrapped to the terminal width so scripts can grep it."""
     one_line = " ".join(message.split())

@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from gctl.daemon.site import Site
-from gctl.services import events
+from gctl.services import events, nodes
 from gctl.services.telemetry import NodeSample
 from gctl.store.engine import transaction
 from gctl.store.models import NodeRow
@@ -45,8 +45,7 @@ class Heartbeat:
                     self._failing_since.pop(row.name, None)
                     row.last_seen, row.last_error = at, None
                     if row.admin_state == "down" and _marked_by_daemon(row):
-                        row.admin_state = "up"
-                        row.reason = row.reason_user = row.reason_time = None
+                        nodes.mark(row, "up", None, DAEMON_USER, at)
                         events.record(
                             s,
                             "node.up",
@@ -59,8 +58,7 @@ class Heartbeat:
                 since = self._failing_since.setdefault(row.name, at)
                 if row.admin_state != "down" and at - since >= self.timeout:
                     why = f"{NOT_RESPONDING} for {at - since:.0f}s: {sample.error}"
-                    row.admin_state, row.reason = "down", why
-                    row.reason_user, row.reason_time = DAEMON_USER, at
+                    nodes.mark(row, "down", why, DAEMON_USER, at)
                     events.record(
                         s,
                         "node.down",

@@ -11,14 +11,13 @@ on shared storage the job mounts; the job directory is for small state.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gctl.config import default_db_path
-from gctl.hosts.ssh import HostError, Pool, Target
+from gctl.hosts.ssh import Pool, Target
 from gctl.job import CHECKPOINT_FILE, PROGRESS_FILE
 
 _READ = f"""
@@ -66,13 +65,8 @@ def read_reports(pool: Pool, target: Target, dirs: list[str]) -> dict[str, Repor
     """Every job directory's report on one host (missing files give empty reports)."""
     if not dirs:
         return {}
-    res = pool.run(target, ["python3", "-c", _READ, *dirs])
-    if res.rc != 0:
-        raise HostError(target.node, f"reading job progress failed: {res.stderr.decode()[-200:]}")
-    try:
-        doc = json.loads(res.stdout)
-    except ValueError as exc:
-        raise HostError(target.node, f"job progress was not JSON: {exc}") from exc
+    res = pool.run_ok(target, ["python3", "-c", _READ, *dirs], "reading job progress")
+    doc = res.json_object(target.node, "reading job progress")
     out: dict[str, Report] = {}
     for d in dirs:
         got = doc.get(d) or {}
@@ -88,25 +82,14 @@ def read_reports(pool: Pool, target: Target, dirs: list[str]) -> dict[str, Repor
 
 def pack(pool: Pool, target: Target, job_dir: str) -> bytes:
     """The job directory as a tar stream (empty directory when it does not exist yet)."""
-    _mkdir(pool, target, job_dir)
-    res = pool.run(target, ["tar", "-C", job_dir, "-cf", "-", "."])
-    if res.rc != 0:
-        raise HostError(target.node, f"tar of {job_dir} failed: {res.stderr.decode()[-200:]}")
-    return res.stdout
+    pool.run_ok(target, ["mkdir", "-p", job_dir], f"mkdir {job_dir}")
+    return pool.run_ok(target, ["tar", "-C", job_dir, "-cf", "-", "."], f"tar of {job_dir}").stdout
 
 
 def unpack(pool: Pool, target: Target, job_dir: str, data: bytes) -> None:
     """Write a tar stream of a job directory into ``job_dir`` on the host."""
-    _mkdir(pool, target, job_dir)
-    res = pool.run(target, ["tar", "-C", job_dir, "-xf", "-"], stdin=data)
-    if res.rc != 0:
-        raise HostError(target.node, f"untar into {job_dir} failed: {res.stderr.decode()[-200:]}")
-
-
-def _mkdir(pool: Pool, target: Target, path: str) -> None:
-    res = pool.run(target, ["mkdir", "-p", path])
-    if res.rc != 0:
-        raise HostError(target.node, f"mkdir {path} failed: {res.stderr.decode()[-200:]}")
+    pool.run_ok(target, ["mkdir", "-p", job_dir], f"mkdir {job_dir}")
+    pool.run_ok(target, ["tar", "-C", job_dir, "-xf", "-"], f"untar into {job_dir}", stdin=data)
 
 
 def mirror_dir(state_dir: Path | None) -> Path:

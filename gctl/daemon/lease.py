@@ -81,10 +81,3 @@ def release(store: Store) -> None:
         row = s.get(DaemonLeaseRow, 1)
         if row is not None and row.holder == me():
             s.delete(row)
-
-
-def holder(store: Store) -> tuple[str, float] | None:
-    """Who holds the lease and when they last renewed it, or None."""
-    with transaction(store.engine, write=False) as s:
-        row = s.get(DaemonLeaseRow, 1)
-        return None if row is None else (row.holder, row.heartbeat_at)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.model import GpuRef
 from gctl.daemon import jobfiles
@@ -138,11 +138,10 @@ def finish(site: Site, job_id: int) -> str:
 
 
 def _nodes(s: Session, refs: list[list[Any]]) -> list[NodeRow]:
-    names = sorted({str(n) for n, _ in refs})
-    rows = s.scalars(select(NodeRow).where(NodeRow.name.in_(names))).all()
-    for r in rows:
-        _ = r.gpus  # loaded now: the rows are used after the transaction
-    return sorted(rows, key=lambda r: r.name)
+    """The nodes of ``refs``, by name, with their GPUs loaded (used after the transaction)."""
+    names = {str(n) for n, _ in refs}
+    query = select(NodeRow).options(selectinload(NodeRow.gpus)).where(NodeRow.name.in_(names))
+    return list(s.scalars(query.order_by(NodeRow.name)))
 
 
 def _node_up(nodes: list[NodeRow], name: str) -> bool:
@@ -162,10 +161,7 @@ def _take_checkpoint(
     """The job directory from its first answering source node (into the mirror), or the mirror's."""
     for node in nodes:
         try:
-            data = site.save(node, job_id)
-            job_dir = hostops.job_dir(node, job_id)
-            report = jobfiles.read_reports(site.pool, hostops.target(node), [job_dir])[job_dir]
-            return data, report
+            return site.save(node, job_id)
         except HostError:
             continue
     return site.mirror.load(job_id), None

@@ -118,9 +118,7 @@ def _held_here(s: Session, node: NodeRow) -> dict[int, str]:
 
 def _remove(engine: Engine, c: ContainerState, out: Report) -> None:
     with contextlib.suppress(HostError):
-        if c.running:
-            engine.kill(c.id)
-        engine.remove(c.id)
+        engine.remove(c.id)  # forced: a running one is killed first
         out.removed.append(c.name)
 
 

@@ -7,7 +7,6 @@ moves its job directory, for the modules that carry out decisions
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -114,9 +113,7 @@ class Site:
 
     def _clear(self, node: NodeRow, job_id: int) -> None:
         job_dir = hostops.job_dir(node, job_id)
-        res = self.pool.run(hostops.target(node), ["rm", "-rf", "--", job_dir])
-        if res.rc != 0:
-            raise HostError(node.name, f"cannot clear {job_dir}: {res.stderr.decode()[-200:]}")
+        self.pool.run_ok(hostops.target(node), ["rm", "-rf", "--", job_dir], f"clearing {job_dir}")
 
     def restore(self, node: NodeRow, job_id: int) -> None:
         """Put the mirror's copy of the job directory on ``node`` when it is newer there."""
@@ -130,14 +127,14 @@ class Site:
         if data is not None and (here is None or here < kept):
             jobfiles.unpack(self.pool, target, job_dir, data)
 
-    def save(self, node: NodeRow, job_id: int) -> bytes:
-        """Copy the job directory from ``node`` into the mirror; the tar stream."""
+    def save(self, node: NodeRow, job_id: int) -> tuple[bytes, jobfiles.Report]:
+        """Copy the job directory from ``node`` into the mirror; the tar stream and its report."""
         target = hostops.target(node)
         job_dir = hostops.job_dir(node, job_id)
         data = jobfiles.pack(self.pool, target, job_dir)
-        at = jobfiles.read_reports(self.pool, target, [job_dir])[job_dir].checkpoint_time
-        self.mirror.save(job_id, data, at)
-        return data
+        report = jobfiles.read_reports(self.pool, target, [job_dir])[job_dir]
+        self.mirror.save(job_id, data, report.checkpoint_time)
+        return data, report
 
     def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:
         """The job's containers on ``node`` (of one attempt, or of all when None)."""
@@ -173,9 +170,7 @@ class Site:
             try:
                 engine = self.engine(node)
                 for c in engine.owned(job_id):
-                    with contextlib.suppress(HostError):  # it may have exited meanwhile
-                        engine.kill(c.id)
-                    engine.remove(c.id)
+                    engine.remove(c.id)  # forced: a running one is killed first
             except HostError:
                 missed.append(node.name)
         return missed

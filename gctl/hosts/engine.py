@@ -252,9 +252,7 @@ class Engine:
         existing = self._existing(spec)
         if existing is not None:
             return existing
-        mkdir = self.ssh.run(self.target, ["mkdir", "-p", "--", spec.job_dir])
-        if mkdir.rc != 0:
-            raise HostError(self.node, f"mkdir {spec.job_dir}: {mkdir.stderr.decode().strip()}")
+        self.ssh.run_ok(self.target, ["mkdir", "-p", "--", spec.job_dir], f"mkdir {spec.job_dir}")
         api = self.api
         config = host_config(spec, api.api_version)
         created = self._call(

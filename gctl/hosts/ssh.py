@@ -11,6 +11,7 @@ ProxyCommand).
 
 from __future__ import annotations
 
+import json
 import select
 import shlex
 import socket
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import paramiko
 
@@ -91,6 +92,16 @@ class Result:
     def text(self) -> str:
         """Standard output as text."""
         return self.stdout.decode(errors="replace")
+
+    def json_object(self, node: str, what: str) -> dict[str, Any]:
+        """Standard output as a JSON object; HostError naming ``what`` when it is not one."""
+        try:
+            doc = json.loads(self.stdout)
+        except ValueError as exc:
+            raise HostError(node, f"{what} printed no JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise HostError(node, f"{what} printed no JSON object")
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +282,16 @@ class Pool:
             raise HostError(target.node, f"{argv[0]}: connection lost: {_why(exc)}") from exc
         finally:
             channel.close()
+
+    def run_ok(
+        self, target: Target, argv: Sequence[str], what: str, *, stdin: bytes | None = None
+    ) -> Result:
+        """:meth:`run`, raising HostError (``what`` failed: its stderr) on a non-zero exit."""
+        res = self.run(target, argv, stdin=stdin)
+        if res.rc != 0:
+            why = res.stderr.decode(errors="replace").strip()[-200:]
+            raise HostError(target.node, f"{what} failed: {why}")
+        return res
 
     def open(
         self, target: Target, argv: Sequence[str], *, timeout: float | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,13 +118,7 @@ def gpu_script(pool: Pool, target: Target, mode: str) -> dict[str, Any]:
         return remote(False, lambda argv: _output(pool, target, argv), None)
     if res.rc != 0:
         raise HostError(target.node, f"GPU {mode} failed: {res.stderr.decode().strip()[-200:]}")
-    try:
-        doc = json.loads(res.stdout)
-    except ValueError as exc:
-        raise HostError(target.node, f"GPU {mode} printed no JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise HostError(target.node, f"GPU {mode} printed no JSON object")
-    return dict(doc)
+    return res.json_object(target.node, f"GPU {mode}")
 
 
 def _output(pool: Pool, target: Target, argv: list[str]) -> str:

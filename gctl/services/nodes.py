@@ -272,6 +272,15 @@ def show_node(store: Store, name: str) -> NodeView:
         return views(s, [row], detail=True)[0]
 
 
+def mark(row: NodeRow, admin_state: str, reason: str | None, user: str, at: float) -> None:
+    """Put a node in ``admin_state``; the reason, who and when are kept unless it is up."""
+    row.admin_state = admin_state
+    if admin_state == "up":
+        row.reason = row.reason_user = row.reason_time = None
+    else:
+        row.reason, row.reason_user, row.reason_time = reason, user, at
+
+
 def set_admin_state(store: Store, name: str, action: str, reason: str | None) -> NodeView:
     """``drain``, ``undrain``, ``down`` or ``resume`` a node, recording reason, user and time."""
     if action not in _ADMIN:
@@ -282,12 +291,8 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
         row = _get(s, name)
         if action == "undrain" and row.admin_state != "drain":
             raise ServiceError(f"node {name} is not drained (it is {row.admin_state})")
-        row.admin_state = _ADMIN[action]
         user = events.current_user()
-        if row.admin_state == "up":
-            row.reason = row.reason_user = row.reason_time = None
-        else:
-            row.reason, row.reason_user, row.reason_time = reason, user, now()
+        mark(row, _ADMIN[action], reason, user, now())
         why = f": {reason}" if reason else ""
         events.record(s, f"node.{action}", f"node {name} {action}{why}", node=name, user=user)
         return views(s, [row], detail=True)[0]
