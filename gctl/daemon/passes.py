@@ -98,7 +98,9 @@ def profile(site: Site, samples: list[NodeSample], at: float) -> None:
     Progress comes from the job SDK's report in the job directory on the
     job's first node; utilisation and memory from the node's GPU sample. A
     job whose report shows the SDK is marked as checkpointable, and its
-    newest checkpoint is copied into the daemon's mirror.
+    newest checkpoint is copied into the daemon's mirror. A job that does
+    not use the SDK reports nothing, so its GPU utilisation stands in for
+    its progress rate (:func:`progress_rate`).
     """
     jobs_on: dict[int, tuple[float, int]] = {}
     for sample in samples:
@@ -143,14 +145,13 @@ def profile(site: Site, samples: list[NodeSample], at: float) -> None:
     with transaction(site.store.engine, write=True) as s:
         for job_id, report in reports.items():
             util, mem = jobs_on.get(job_id, (0.0, 0))
-            rate = (report.progress or {}).get("rate")
             s.add(
                 ProfileRow(
                     job_id=job_id,
                     at=at,
                     gpu_util=util,
                     memory_mb=mem,
-                    progress_rate=float(rate) if isinstance(rate, int | float) else 0.0,
+                    progress_rate=progress_rate(report, util, mechanism[job_id]),
                 )
             )
             if report.uses_sdk and mechanism[job_id] != MECHANISM_CHECKPOINT:
@@ -162,6 +163,21 @@ def profile(site: Site, samples: list[NodeSample], at: float) -> None:
         if report.checkpoint_time is not None and (kept is None or kept < report.checkpoint_time):
             with contextlib.suppress(HostError):
                 site.save(first[job_id], job_id)
+
+
+def progress_rate(report: jobfiles.Report, util: float, mechanism: str | None) -> float:
+    """A job's progress rate: mini-batches per second from the SDK, else estimated.
+
+    Without the SDK (never seen for this job, whose ``mechanism`` is not
+    checkpoint) the estimate is the job's share of GPU utilisation (0..1 per
+    GPU): the core only ever compares a job's rate with its own rate at
+    another time, so any measure that rises and falls with its throughput
+    serves. ``gctl show job`` marks such a job's progress as estimated.
+    """
+    if not report.uses_sdk and mechanism != MECHANISM_CHECKPOINT:
+        return util
+    rate = (report.progress or {}).get("rate")
+    return float(rate) if isinstance(rate, int | float) else 0.0
 
 
 def decide_and_apply(

@@ -108,6 +108,7 @@ class Site:
                     mounts=tuple(Mount(**m) for m in row.mounts),
                     cpuset=hostops.cpuset(gpus),
                     gpu_mem_mb=row.gpu_mem_mb,
+                    emulated_dir=hostops.emulated_gpu_dir(node),
                 )
             )
 

@@ -25,6 +25,7 @@ import urllib3.connectionpool
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.types import DeviceRequest, HostConfig
 
+from gctl.hosts.emulated import EMULATED_UTIL_ENV, GPU_DIR_ENV, GPU_DIR_IN_CONTAINER, declared_util
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
 
@@ -35,6 +36,7 @@ LABEL_GPUS = "gctl.gpus"
 LABEL_GPU_UUIDS = "gctl.gpu-uuids"
 LABEL_EMULATED = "gctl.emulated"
 LABEL_GPU_MEM = "gctl.gpu-mem-mb"
+LABEL_EMULATED_UTIL = "gctl.emulated-util"
 JOB_DIR_IN_CONTAINER = "/gctl"
 """Where the per-job host directory (progress, checkpoints) appears inside the container."""
 
@@ -62,6 +64,8 @@ class ContainerSpec:
     cpuset: str | None = None
     gpu_mem_mb: int | None = None
     memory_limit_mb: int | None = None
+    emulated_dir: str | None = None
+    """The node's emulated-GPU directory (host path), shared by the jobs on emulated GPUs."""
 
     @property
     def name(self) -> str:
@@ -85,6 +89,8 @@ class ContainerSpec:
         )
         if self.emulated:
             env["GCTL_EMULATED_GPUS"] = "1"
+            if self.emulated_dir:
+                env[GPU_DIR_ENV] = GPU_DIR_IN_CONTAINER
         return env
 
     def labels(self) -> dict[str, str]:
@@ -99,6 +105,8 @@ class ContainerSpec:
         }
         if self.gpu_mem_mb is not None:
             labels[LABEL_GPU_MEM] = str(self.gpu_mem_mb)
+        if self.emulated and EMULATED_UTIL_ENV in self.env:
+            labels[LABEL_EMULATED_UTIL] = self.env[EMULATED_UTIL_ENV]
         return labels
 
 
@@ -133,6 +141,14 @@ class ContainerState:
         """GPU indices the container was given."""
         value = self.labels.get(LABEL_GPUS, "")
         return tuple(int(p) for p in value.split(",") if p.isdigit())
+
+    @property
+    def emulated_util(self) -> float:
+        """Percent of one emulated GPU this job keeps busy: as declared at submit, else 100."""
+        try:
+            return declared_util(self.labels.get(LABEL_EMULATED_UTIL, "100"))
+        except ValueError:
+            return 100.0
 
 
 class _ChannelConnection(urllib3.connection.HTTPConnection):
@@ -347,6 +363,8 @@ def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
         m.src: {"bind": m.dst, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts
     }
     binds[spec.job_dir] = {"bind": JOB_DIR_IN_CONTAINER, "mode": "rw"}
+    if spec.emulated and spec.emulated_dir:  # Docker creates a missing bind source
+        binds[spec.emulated_dir] = {"bind": GPU_DIR_IN_CONTAINER, "mode": "rw"}
     devices = (
         []
         if spec.emulated

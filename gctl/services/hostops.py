@@ -105,6 +105,11 @@ def job_dir(row: NodeRow, job_id: int) -> str:
     return f"{row.work_dir or DEFAULT_WORK_DIR}/jobs/{job_id}"
 
 
+def emulated_gpu_dir(row: NodeRow) -> str | None:
+    """The node's emulated-GPU directory on its host (:mod:`gctl.hosts.emulated`), if emulated."""
+    return f"{row.work_dir or DEFAULT_WORK_DIR}/emulated-gpus" if row.emulated else None
+
+
 def gpu_script(pool: Pool, target: Target, mode: str) -> dict[str, Any]:
     """The host's GPU ``inventory`` or ``telemetry``.
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gctl.hosts.emulated import EMULATED_UTIL_ENV, declared_util
 from gctl.hosts.mounts import Mount
 
 PRIORITIES = ("low", "normal", "high")
@@ -104,6 +105,11 @@ def parse_env(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not _ENV_KEY.match(key):
         raise SpecError(f"--env {text!r}: expected KEY=VALUE with KEY a shell-style name")
+    if key == EMULATED_UTIL_ENV:
+        try:
+            declared_util(value)
+        except ValueError as exc:
+            raise SpecError(f"--env {text!r}: {exc}") from None
     return key, value
 
 

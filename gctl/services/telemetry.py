@@ -5,11 +5,13 @@ process is tied to its job through the container it runs in. A GPU shared by
 several jobs has its utilisation split evenly among the jobs running on it
 (NVML gives no per-process utilisation on most GPUs); memory is per process.
 
-Emulated GPUs have no figures of their own: a GPU counts as 100 % busy while
-at least one unpaused job container runs on it, shared evenly among those
-jobs, and its memory is what the jobs on it asked for (``--gpu-mem``), paused
-ones included since a frozen job keeps its memory. Every such figure is
-marked emulated.
+Emulated GPUs have no figures of their own (:mod:`gctl.hosts.emulated`):
+each unpaused job on one keeps it as busy as its ``GCTL_EMULATED_UTIL``
+declares (default 100 %), a GPU's utilisation is the sum of those, capped
+at 100 %, and when they add up to more each job gets its declared share of
+the 100 %. A GPU's memory is what the jobs on it asked for (``--gpu-mem``),
+paused ones included since a frozen job keeps its memory. Every such figure
+is marked emulated.
 """
 
 from __future__ import annotations
@@ -112,9 +114,15 @@ def _on_gpu(containers: list[ContainerState]) -> dict[int, list[ContainerState]]
 
 
 def _job_util(
-    c: ContainerState, busy: dict[int, list[ContainerState]], util: Callable[[int], float | None]
+    c: ContainerState,
+    busy: dict[int, list[ContainerState]],
+    util: Callable[[int], float | None],
+    weight: Callable[[ContainerState], float] = lambda _: 1.0,
 ) -> float | None:
-    """A job's utilisation: over its GPUs, each GPU's figure split among its unpaused jobs."""
+    """A job's utilisation: over its GPUs, each GPU's figure split among its unpaused jobs.
+
+    The split is by ``weight`` (even by default).
+    """
     if c.paused:
         return 0.0
     parts = []
@@ -122,8 +130,13 @@ def _job_util(
         value = util(index)
         if value is None or not busy.get(index):
             return None
-        parts.append(value / len(busy[index]))
+        total = sum(weight(o) for o in busy[index])
+        parts.append(value * weight(c) / total if total > 0 else 0.0)
     return round(sum(parts) / len(parts), 1) if parts else None
+
+
+def _declared(c: ContainerState) -> float:
+    return c.emulated_util
 
 
 def attribute_emulated(node: Host, containers: list[ContainerState]) -> NodeSample:
@@ -131,11 +144,12 @@ def attribute_emulated(node: Host, containers: list[ContainerState]) -> NodeSamp
     on_gpu = _on_gpu(containers)
     busy = _on_gpu([c for c in containers if not c.paused])
     asked = {c.id: _asked_mb(c) for c in containers}
+    util = {i: min(100.0, sum(_declared(c) for c in on)) for i, on in busy.items()}
     gpus = tuple(
         GpuSample(
             index=g.index,
             model=g.model,
-            util_percent=100.0 if busy.get(g.index) else 0.0,
+            util_percent=util.get(g.index, 0.0),
             memory_used_mb=sum(asked[c.id] or 0 for c in on_gpu.get(g.index, [])),
             memory_total_mb=g.memory_mb,
             jobs=tuple(sorted(c.job_id for c in on_gpu.get(g.index, []) if c.job_id)),
@@ -149,7 +163,7 @@ def attribute_emulated(node: Host, containers: list[ContainerState]) -> NodeSamp
             container=c.name,
             status=c.status,
             gpus=c.gpu_indices,
-            util_percent=_job_util(c, busy, lambda i: 100.0 if busy.get(i) else 0.0),
+            util_percent=_job_util(c, busy, lambda i: util.get(i, 0.0), _declared),
             memory_mb=_total(asked[c.id], len(c.gpu_indices)),
             emulated=True,
         )

@@ -130,7 +130,7 @@ class JobRow(Base):
     mechanism: Mapped[str | None] = mapped_column(String(16))
     # The daemon's unfinished multi-step operation on the job (a checkpoint
     # move), written before its first host action so a restart can finish it.
-    op: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    op: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", cascade="all, delete-orphan"

@@ -17,7 +17,7 @@ from gctl.store.models import Base
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD = "0003"
+HEAD = "0004"
 """The newest migration; a test checks it against the migrations directory."""
 
 

@@ -1,7 +1,7 @@
 """A stand-in for a training job, run in the test image gctl-test/train:1.
 
     python3 /opt/gctl/train.py [--steps N] [--step-time S] [--checkpoint-every K]
-                               [--fail-at STEP] [--alloc-mb MB]
+                               [--fail-at STEP] [--alloc-mb MB] [--gpu-busy F]
 
 Built on the job SDK (``gctl.job``), as a real training loop would be. It
 resumes from the last checkpoint in ``$GCTL_JOB_DIR`` (default ``/gctl``),
@@ -12,18 +12,62 @@ on SIGUSR1 (and carries on) and on SIGTERM or SIGINT (and exits 0).
 ``--fail-at`` exits 3 at that step; ``--alloc-mb`` allocates and touches
 that much memory first (to provoke an OOM kill under a memory limit).
 Prints ``done`` and exits 0 at the end.
+
+``--gpu-busy F`` makes the first ``F`` of each step GPU compute. On emulated
+GPUs (``$GCTL_EMULATED_GPU_DIR`` set) that compute reserves time on each of
+the job's emulated GPUs, so jobs sharing one queue for it as their kernels
+would on a real GPU: a file per GPU holds when it is next free, and a step
+takes the first slot free on all its GPUs (under ``flock`` for the instant
+of the reservation only, so a frozen job never blocks the others).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import sys
 import time
+from pathlib import Path
 
 from gctl import job
 
 STARTS_LOG = "starts.log"
 """Appended in the job directory at every start: ``ATTEMPT STEP`` (the step it resumed at)."""
+
+
+class EmulatedGpus:
+    """The job's emulated GPUs: compute reserves a slot of GPU time on all of them."""
+
+    def __init__(self, root: str, indices: list[int]) -> None:
+        self.files = [Path(root) / f"gpu{i}.next-free" for i in sorted(indices)]
+        for f in self.files:
+            f.touch()
+
+    def compute(self, seconds: float) -> None:
+        """Hold the GPUs for ``seconds`` of compute, after whatever is queued on them."""
+        handles = [open(f, "r+", encoding="ascii") for f in self.files]  # noqa: SIM115
+        try:
+            for h in handles:  # sorted order: no deadlock between multi-GPU jobs
+                fcntl.flock(h, fcntl.LOCK_EX)
+            start = max([time.time(), *(float(h.read() or 0) for h in handles)])
+            for h in handles:
+                h.seek(0)
+                h.truncate()
+                h.write(repr(start + seconds))
+        finally:
+            for h in handles:
+                h.close()  # closing releases the lock
+        time.sleep(max(0.0, start + seconds - time.time()))
+
+
+def gpus_from_env() -> EmulatedGpus | None:
+    """The emulated GPUs gctl gave this job, if it runs on emulated GPUs."""
+    root = os.environ.get("GCTL_EMULATED_GPU_DIR")
+    indices = os.environ.get("GCTL_GPU_INDICES", "")
+    if not root or not indices:
+        return None
+    return EmulatedGpus(root, [int(i) for i in indices.split(",")])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K")
     p.add_argument("--fail-at", type=int, default=0, metavar="STEP")
     p.add_argument("--alloc-mb", type=int, default=0, metavar="MB")
+    p.add_argument("--gpu-busy", type=float, default=0.0, metavar="F")
     args = p.parse_args(argv)
+    gpus = gpus_from_env() if args.gpu_busy > 0 else None
 
     run = job.start()
     step = int((run.resume() or {}).get("step", 0))
@@ -52,7 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         ballast[::4096] = b"\1" * len(range(0, len(ballast), 4096))  # touch every page
         print(f"allocated {args.alloc_mb} MB", flush=True)
 
-    deadline = time.monotonic() + args.step_time
+    def work() -> float:
+        """Start a step: its GPU compute first; when the rest of it is due to end."""
+        begun = time.monotonic()
+        if gpus is not None:
+            gpus.compute(args.gpu_busy * args.step_time)
+        return max(time.monotonic(), begun + args.step_time)
+
+    deadline = work()
     while step < args.steps:
         while not run.checkpoint_due and (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, 0.05))
@@ -62,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             continue
         step += 1
-        deadline = time.monotonic() + args.step_time
+        deadline = work()
         run.step(step, args.steps, force=True)
         print(f"step {step}/{args.steps}", flush=True)
         if step == args.fail_at:

@@ -241,6 +241,7 @@ def test_batch_submission_is_all_or_nothing(gdb: Path, tmp_path: Path) -> None:
         (["submit", "--image", "x", "--priority", "urgent", "--", "a"], "--priority 'urgent'"),
         (["submit", "--image", "x", "--elastic", "3:2", "--", "a"], "--elastic '3:2'"),
         (["submit", "--image", "x", "--env", "1A=b", "--", "a"], "--env '1A=b'"),
+        (["submit", "--image", "x", "--env", "GCTL_EMULATED_UTIL=120", "--", "a"], "0 to 100"),
         (["submit", "--image", "x"], "command"),
         (["show", "job", "999"], "unknown job 999"),
         (["node", "show", "ghost"], "unknown node 'ghost'"),

@@ -9,7 +9,7 @@ off the hosts' key files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,14 @@ def host_store(hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.Monkey
 def host_store4(hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> db.Store:
     """Like ``host_store``, with 4 emulated V100s per node."""
     return _store(hosts, tmp_path, monkeypatch, "4xV100-16GB")
+
+
+@pytest.fixture
+def host_store_of(
+    hosts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], db.Store]:
+    """Make a store like ``host_store`` with the given emulated GPUs per node (``5xV100-16GB``)."""
+    return lambda gpus: _store(hosts, tmp_path, monkeypatch, gpus)
 
 
 @pytest.fixture

@@ -5,19 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from gctl.hosts import gpu_probe
-from gctl.hosts.engine import LABEL_GPUS, LABEL_JOB, ContainerState
+from gctl.hosts.engine import LABEL_EMULATED_UTIL, LABEL_GPUS, LABEL_JOB, ContainerState
 from gctl.hosts.fake_nvml import FakeNVML
 from gctl.hosts.ssh import Target
 from gctl.services import hostops
 from gctl.services.hostops import Host, HostGpu
-from gctl.services.telemetry import attribute_measured
+from gctl.services.telemetry import attribute_emulated, attribute_measured
 from gctl.store.models import GpuRow
 
 CID_A = "a" * 64
 CID_B = "b" * 64
 
 
-def _container(cid: str, job: int, gpus: str, *, paused: bool = False) -> ContainerState:
+def _container(
+    cid: str, job: int, gpus: str, *, paused: bool = False, util: str | None = None
+) -> ContainerState:
+    labels = {LABEL_JOB: str(job), LABEL_GPUS: gpus}
+    if util is not None:
+        labels[LABEL_EMULATED_UTIL] = util
     return ContainerState(
         id=cid,
         name=f"gctl-{job}-0",
@@ -27,7 +32,7 @@ def _container(cid: str, job: int, gpus: str, *, paused: bool = False) -> Contai
         exit_code=None,
         oom_killed=False,
         error=None,
-        labels={LABEL_JOB: str(job), LABEL_GPUS: gpus},
+        labels=labels,
     )
 
 
@@ -73,3 +78,25 @@ def test_cpuset_is_the_cpus_near_all_the_gpus() -> None:
     assert hostops.cpuset(near) == "0-4,8-11"
     assert hostops.cpuset([*near, GpuRow(index=2, cpu_affinity=None)]) is None
     assert hostops.cpuset([]) is None
+
+
+def test_emulated_use_is_what_the_jobs_declare_capped_at_one_gpu() -> None:
+    node = Host(
+        Target("h1", "x"),
+        None,
+        True,
+        (HostGpu(0, "V100", 16384), HostGpu(1, "V100", 16384), HostGpu(2, "V100", 16384)),
+    )
+    light = [_container("a", 1, "0", util="20"), _container("b", 2, "0", util="30")]
+    heavy = [_container("c", 3, "1", util="80"), _container("d", 4, "1")]  # undeclared: 100
+    frozen = [_container("e", 5, "2", util="90", paused=True)]
+    got = attribute_emulated(node, light + heavy + frozen)
+    assert got.source == "emulated"
+    assert [(g.util_percent, g.jobs) for g in got.gpus] == [
+        (50.0, (1, 2)),
+        (100.0, (3, 4)),
+        (0.0, (5,)),
+    ]
+    jobs = {j.job_id: j.util_percent for j in got.jobs}
+    assert jobs == {1: 20.0, 2: 30.0, 3: 44.4, 4: 55.6, 5: 0.0}  # 80 and 100 share the 100 %
+    assert all(j.emulated for j in got.jobs) and all(g.emulated for g in got.gpus)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, inspect
+from sqlalchemy import Column, Integer, MetaData, inspect, select, text
 
-from gctl.services import db
+from gctl.services import db, jobs, specs
 from gctl.services.errors import ServiceError
 from gctl.store import schema
-from gctl.store.models import Base
+from gctl.store.engine import transaction
+from gctl.store.models import Base, JobRow
 
 
 def test_upgrade_creates_every_table_and_matches_the_models(db_url: str) -> None:
@@ -58,3 +59,21 @@ def test_head_constant_names_the_newest_migration() -> None:
     from alembic.script import ScriptDirectory
 
     assert ScriptDirectory.from_config(schema.alembic_config()).get_current_head() == schema.HEAD
+
+
+def test_a_job_with_no_move_has_sql_null_op_and_0004_repairs_json_null(db_url: str) -> None:
+    store = db.connect(db_url)
+    db.upgrade(store)
+    jobs.submit(store, [specs.build(image="img", command=["true"], gpus=1)])
+    with store.engine.begin() as conn:  # as a 0003 daemon left a finished move
+        conn.execute(text("UPDATE jobs SET op = 'null'"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0003'"))
+    db.upgrade(store)
+    with transaction(store.engine, write=True) as s:
+        row = s.scalars(select(JobRow)).one()
+        assert row.op is None
+        row.op = {"kind": "migrate"}
+    with transaction(store.engine, write=True) as s:
+        s.scalars(select(JobRow)).one().op = None  # a move finishing
+    with store.engine.connect() as conn:
+        assert conn.scalar(text("SELECT count(*) FROM jobs WHERE op IS NULL")) == 1
