@@ -1,9 +1,11 @@
 """``gctl daemon``: the reactive and introspective loops over the store and the hosts.
 
 Every tick (default 1 s) the daemon renews its lease, carries out operator
-intents, records exited jobs and runs the policy's reactive pass, so a new
-submission, an exit, an intent or a node change is acted on within about a
-second. On their own periods it samples the nodes (heartbeat, utilisation,
+intents, records exited jobs and runs the policy's reactive pass, so an
+exit or a node change is acted on within about a second. Between ticks it
+watches the store for new jobs and intents (:data:`WAKE_POLL`) and starts
+the next tick at once when one arrives, so a submission or an operator's
+request waits for no tick. On their own periods it samples the nodes (heartbeat, utilisation,
 progress: default every 5 s), reconciles the hosts with the store (30 s),
 and runs the policy's introspective pass (60 s): time slicing, packing,
 migration, defragmentation, grow and shrink.
@@ -22,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+
 from gctl.core.policy import Policy
 from gctl.daemon import dcgm, intents, lease, passes
 from gctl.daemon.health import Heartbeat
@@ -32,9 +37,16 @@ from gctl.daemon.site import DEFAULT_GRACE, Site
 from gctl.hosts.ssh import Pool
 from gctl.services import telemetry
 from gctl.services.db import Store
-from gctl.store.models import now
+from gctl.store.engine import transaction
+from gctl.store.models import IntentRow, JobRow, now
 
 log = logging.getLogger("gctl.daemon")
+
+Arrivals = tuple[int | None, int | None]
+"""The newest job id and intent id in the store."""
+
+WAKE_POLL = 0.05
+"""Seconds between looks at the store for new jobs and intents while waiting for a tick."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +95,8 @@ class Daemon:
         lease.acquire(self.store, lease=self.config.lease)
         cfg = self.config
         pool = Pool()
+        site = Site(self.store, pool, self.mirror, cfg.grace)
         try:
-            site = Site(self.store, pool, self.mirror, cfg.grace)
             self._step("reconcile", lambda: reconcile(site))
             if on_ready is not None:
                 on_ready()
@@ -94,10 +106,11 @@ class Daemon:
                 started = time.monotonic()
                 if not lease.renew(self.store):
                     raise lease.LeaseHeld("the store lease was taken over by another daemon")
+                seen = self._arrivals()
                 self._tick(site, due)
-                site.close()
-                stop.wait(max(0.0, cfg.tick - (time.monotonic() - started)))
+                self._wait(stop, started + cfg.tick, seen)
         finally:
+            site.close()
             pool.close()
             lease.release(self.store)
 
@@ -123,6 +136,32 @@ class Daemon:
                 "introspect",
                 lambda: passes.introspective_pass(site, self.policy, now(), self.metrics.decided),
             )
+
+    def _arrivals(self) -> Arrivals:
+        """The newest job and intent ids: they change when work arrives from outside.
+
+        The daemon itself never adds a job or an intent, so its own writes do
+        not wake it.
+        """
+        with transaction(self.store.engine, write=False) as s:
+            newest = s.execute(
+                select(
+                    select(func.max(JobRow.id)).scalar_subquery(),
+                    select(func.max(IntentRow.id)).scalar_subquery(),
+                )
+            ).one()
+        return newest[0], newest[1]
+
+    def _wait(self, stop: threading.Event, until: float, seen: Arrivals) -> None:
+        """Sleep until ``until`` (monotonic), ``stop``, or a new job or intent in the store."""
+        while (left := until - time.monotonic()) > 0:
+            if stop.wait(min(left, WAKE_POLL)):
+                return
+            try:
+                if self._arrivals() != seen:
+                    return
+            except SQLAlchemyError:  # the store is away: the tick reports it
+                return
 
     def _step(self, name: str, step: Callable[[], object]) -> None:
         """Run one step; a failure is logged and the loop goes on (the next tick retries)."""

@@ -19,7 +19,7 @@ from gctl.daemon import jobfiles
 from gctl.daemon.jobfiles import Mirror
 from gctl.hosts.engine import ContainerSpec, ContainerState, Engine
 from gctl.hosts.mounts import Mount
-from gctl.hosts.ssh import HostError, Pool
+from gctl.hosts.ssh import HostError, Pool, Target
 from gctl.services import hostops
 from gctl.services.db import Store
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow
@@ -49,17 +49,26 @@ class Site:
         self.pool = pool
         self.mirror = mirror
         self.grace = grace
-        self._engines: dict[str, Engine] = {}
+        self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}
 
     def engine(self, row: NodeRow) -> Engine:
-        """The node's engine, made once per pass."""
-        if row.name not in self._engines:
-            self._engines[row.name] = hostops.engine(self.pool, row)
-        return self._engines[row.name]
+        """The node's engine, kept from pass to pass (its open channels save a dial per call).
+
+        A new one replaces it when the node's address or engine changed.
+        """
+        key = (hostops.target(row), row.docker_host)
+        known = self._engines.get(row.name)
+        if known is not None and known[0] == key:
+            return known[1]
+        if known is not None:
+            known[1].close()
+        engine = hostops.engine(self.pool, row)
+        self._engines[row.name] = (key, engine)
+        return engine
 
     def close(self) -> None:
         """Close the engines' channels (the pool's connections stay)."""
-        for engine in self._engines.values():
+        for _, engine in self._engines.values():
             engine.close()
         self._engines.clear()
 
@@ -91,8 +100,6 @@ class Site:
             gpus = [g for g in node.gpus if g.index in indices]
             if row.attempt > 0:
                 self.restore(node, row.id)
-            else:  # a new job never inherits an older job's files (ids restart with a new store)
-                self._clear(node, row.id)
             self.engine(node).start(
                 ContainerSpec(
                     job_id=row.id,
@@ -109,12 +116,9 @@ class Site:
                     cpuset=hostops.cpuset(gpus),
                     gpu_mem_mb=row.gpu_mem_mb,
                     emulated_dir=hostops.emulated_gpu_dir(node),
+                    fresh=row.attempt == 0,  # ids restart with a new store: no older job's files
                 )
             )
-
-    def _clear(self, node: NodeRow, job_id: int) -> None:
-        job_dir = hostops.job_dir(node, job_id)
-        self.pool.run_ok(hostops.target(node), ["rm", "-rf", "--", job_dir], f"clearing {job_dir}")
 
     def restore(self, node: NodeRow, job_id: int) -> None:
         """Put the mirror's copy of the job directory on ``node`` when it is newer there."""

@@ -66,6 +66,8 @@ class ContainerSpec:
     memory_limit_mb: int | None = None
     emulated_dir: str | None = None
     """The node's emulated-GPU directory (host path), shared by the jobs on emulated GPUs."""
+    fresh: bool = False
+    """Whether the job directory starts empty (a new job never sees an older one's files)."""
 
     @property
     def name(self) -> str:
@@ -190,6 +192,11 @@ class _ChannelAdapter(requests.adapters.HTTPAdapter):
         super().close()
         self._channels.close()
 
+    def renew(self, pool: _ChannelPool) -> None:
+        """Drop every pooled channel (they may be dead) and go on with ``pool``."""
+        old, self._channels = self._channels, pool
+        old.close()
+
 
 class Engine:
     """One node's Docker engine: start, pause, stop and inspect gctl's job containers."""
@@ -208,6 +215,7 @@ class Engine:
         self._dial = ["docker", *(["-H", docker_host] if docker_host else []), "system"]
         self._dial.append("dial-stdio")
         self._timeout = timeout
+        self._max_channels = max_channels
         self._adapter = _ChannelAdapter(_ChannelPool(self, timeout, max_channels))
         self._client: docker.APIClient | None = None
 
@@ -248,6 +256,8 @@ class Engine:
         except docker.errors.APIError as exc:
             raise HostError(self.node, f"{what}: {exc.explanation or exc}") from exc
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            # The next call dials afresh: the SSH connection under these channels may be gone.
+            self._adapter.renew(_ChannelPool(self, self._timeout, self._max_channels))
             raise HostError(self.node, f"{what}: Docker engine not reachable: {exc}") from exc
 
     def info(self) -> dict[str, Any]:
@@ -257,51 +267,56 @@ class Engine:
     def start(self, spec: ContainerSpec) -> str:
         """Create and start a job's container; its id. One that cannot start is removed.
 
-        The per-job host directory is created first and mounted at ``/gctl``.
-        Real GPUs are requested by UUID from the NVIDIA runtime; emulated GPUs
-        get no device, only the same environment and labels.
+        The per-job host directory (emptied first for a ``fresh`` start) is
+        mounted at ``/gctl``. Real GPUs are requested by UUID from the NVIDIA
+        runtime; emulated GPUs get no device, only the same environment and
+        labels. Three round trips: create, prepare the directory, start.
 
         Idempotent: when this run of the job (same name, same job label)
         already has a container, e.g. started by a daemon that died before
-        recording it, that container's id is returned and nothing starts twice.
+        recording it, that container's id is returned (started, if it never
+        was) and nothing starts twice.
         """
-        existing = self._existing(spec)
-        if existing is not None:
-            return existing
-        self.ssh.run_ok(self.target, ["mkdir", "-p", "--", spec.job_dir], f"mkdir {spec.job_dir}")
         api = self.api
         config = host_config(spec, api.api_version)
-        created = self._call(
-            lambda: api.create_container(
-                spec.image,
-                command=list(spec.command),
-                name=spec.name,
-                environment=spec.environment(),
-                labels=spec.labels(),
-                host_config=config,
-                use_config_proxy=False,
-            ),
-            f"create {spec.name}",
-        )
-        cid = str(created["Id"])
+
+        def create() -> str | None:
+            try:
+                created = api.create_container(
+                    spec.image,
+                    command=list(spec.command),
+                    name=spec.name,
+                    environment=spec.environment(),
+                    labels=spec.labels(),
+                    host_config=config,
+                    use_config_proxy=False,
+                )
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # the name is taken: this run exists already
+                    return None
+                raise
+            return str(created["Id"])
+
+        cid = self._call(create, f"create {spec.name}")
+        if cid is None:
+            found = self._existing(spec)
+            if found.status != "created":
+                return found.id
+            cid = found.id
         try:
+            self.ssh.run_ok(self.target, _prepare_dir(spec), f"preparing {spec.job_dir}")
             self._call(lambda: api.start(cid), f"start {spec.name}")
         except HostError:
             self._call(lambda: api.remove_container(cid, force=True), f"remove {spec.name}")
             raise
-        return cid
+        return str(cid)
 
-    def _existing(self, spec: ContainerSpec) -> str | None:
-        try:
-            info = self.api.inspect_container(spec.name)
-        except docker.errors.NotFound:
-            return None
-        except (docker.errors.APIError, requests.RequestException, OSError) as exc:
-            raise HostError(self.node, f"inspect {spec.name}: {exc}") from exc
-        found = _state(info)
+    def _existing(self, spec: ContainerSpec) -> ContainerState:
+        """The container holding ``spec``'s name, which must be the same job's."""
+        found = self.state(spec.name)
         if found.job_id != spec.job_id:
             raise HostError(self.node, f"a container named {spec.name} is not job {spec.job_id}'s")
-        return found.id
+        return found
 
     def pause(self, cid: str) -> None:
         """Freeze the container's processes (time slicing); GPU memory stays allocated."""
@@ -346,11 +361,18 @@ class Engine:
         """Containers gctl started on the host (running or not), or only one job's."""
         label = LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}"
         found = self._call(lambda: self.api.containers(all=True, filters={"label": label}), "list")
-        return [self.state(str(c["Id"])) for c in found]
+        return [_listed(c) or self.state(str(c["Id"])) for c in found]
 
     def close(self) -> None:
         """Close the engine's channels (the SSH connection stays pooled)."""
         self._adapter.close()
+
+
+def _prepare_dir(spec: ContainerSpec) -> list[str]:
+    """The host command that makes the job directory, emptied first for a fresh start."""
+    if not spec.fresh:
+        return ["mkdir", "-p", "--", spec.job_dir]
+    return ["sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "gctl-job-dir", spec.job_dir]
 
 
 def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
@@ -381,6 +403,28 @@ def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
             network_mode="host",
             mem_limit=f"{spec.memory_limit_mb}m" if spec.memory_limit_mb else None,
         )
+    )
+
+
+def _listed(entry: Mapping[str, Any]) -> ContainerState | None:
+    """A container's state from the engine's list, or None when only inspect tells it all.
+
+    The list has no exit code or OOM kill, so an ended container is inspected.
+    """
+    status = str(entry.get("State", "unknown"))
+    if status in ("exited", "dead"):
+        return None
+    names = entry.get("Names") or ["/"]
+    return ContainerState(
+        id=str(entry["Id"]),
+        name=str(names[0]).lstrip("/"),
+        status=status,
+        running=status in ("running", "paused", "restarting"),
+        paused=status == "paused",
+        exit_code=None,
+        oom_killed=False,
+        error=None,
+        labels=dict(entry.get("Labels") or {}),
     )
 
 

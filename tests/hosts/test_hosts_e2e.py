@@ -19,7 +19,7 @@ import testhosts
 from clikit import run
 from sqlalchemy import select
 
-from gctl.hosts.engine import ContainerSpec, Engine
+from gctl.hosts.engine import ContainerSpec, Engine, host_config
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import CommandTimeout, HostError, HostKeyMismatch, Pool, Target
 from gctl.services import db, hostops
@@ -383,3 +383,34 @@ def test_starting_the_same_run_twice_starts_one_container(host_store: db.Store, 
     assert engine.start(spec) == first  # e.g. a daemon restarted before recording the start
     assert [c.id for c in engine.owned() if c.job_id == 81] == [first]
     engine.remove(first)
+
+    # A daemon that died between creating a container and starting it: start it now.
+    spec = _spec("h1", root, 82, (0,), *TRAIN, "--steps", "100000")
+    config = host_config(spec, engine.api.api_version)
+    made = engine.api.create_container(
+        IMAGE, command=list(spec.command), name=spec.name, labels=spec.labels(), host_config=config
+    )
+    assert engine.state(made["Id"]).status == "created"
+    assert engine.start(spec) == made["Id"]
+    assert engine.state(made["Id"]).running
+    engine.remove(made["Id"])
+
+
+def test_a_fresh_start_empties_the_job_directory_and_a_restart_keeps_it(
+    host_store: db.Store, pool: Pool, hosts: dict[str, Any]
+) -> None:
+    engine, root = _engine(host_store, pool, "h1")
+    look = (
+        "import os; found = sorted(os.listdir('/gctl')); open('/gctl/seen', 'w').write(str(found))"
+    )
+    done = ("python3", "-c", look)
+    for fresh, expected in ((False, "['old']"), (True, "[]")):
+        spec = _spec("h1", root, 83, (0,), *done, fresh=fresh)
+        pool.run_ok(
+            engine.target, ["sh", "-c", 'mkdir -p "$1" && : > "$1/old"', "-", spec.job_dir], "seed"
+        )
+        cid = engine.start(spec)
+        assert engine.wait(cid, timeout=30) == 0
+        engine.remove(cid)
+        seen = pool.run_ok(engine.target, ["cat", f"{spec.job_dir}/seen"], "read").stdout
+        assert seen.decode() == expected  # what the job found in /gctl
