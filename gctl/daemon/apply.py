@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Double, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.decisions import (
@@ -45,8 +46,8 @@ from gctl.hosts.ssh import HostError
 from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, JobRow, NodeRow, now
-from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
+from gctl.store.models import AllocationRow, JobRow, JobStateRow, NodeRow, now
+from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot, gc_paused
 
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
 BATCH = 500
@@ -117,9 +118,22 @@ class Applier:
         return self._nodes
 
     def _batch(self, batch: list[Batched], out: Applied) -> None:
-        """Act on the hosts (no write lock held), then record the whole batch in one go."""
+        """Act on the hosts (no write lock held), then record the whole batch in one go.
+
+        The cyclic garbage collector waits meanwhile: the batch's many rows
+        and records are acyclic and gone by its end, and the collector's
+        passes would walk the whole cluster state for nothing.
+        """
         if not batch:
             return
+        with gc_paused():
+            started = self._act(batch, out)
+            self._record([d for d, _ in started], out)
+        for d, at in started:
+            self.observe(type(d).__name__.lower(), now() - at)
+
+    def _act(self, batch: list[Batched], out: Applied) -> list[tuple[Batched, float]]:
+        """Carry out the batch's host actions; the decisions carried out, with when each began."""
         started: list[tuple[Batched, float]] = []
         with transaction(self.site.store.engine, write=False) as s:
             rows = self._rows(s, batch)
@@ -139,19 +153,16 @@ class Applier:
                     out.failed.append((d, str(exc)))
                     continue
                 started.append((d, at))
-        with transaction(self.site.store.engine, write=True) as s, s.no_autoflush:
-            rows = self._rows(s, [d for d, _ in started])
-            for d, _ in started:
-                row = rows[self.snap.job_ids[d.job_id]]
-                if isinstance(d, Place):
-                    self._record_place(s, row, d)
-                elif isinstance(d, Queue):
-                    row.reason = d.reason
-                else:
-                    self._record_freeze(s, row, d)
-                out.done.append(d)
-        for d, at in started:
-            self.observe(type(d).__name__.lower(), now() - at)
+        return started
+
+    def _record(self, done: list[Batched], out: Applied) -> None:
+        """Record decisions carried out on the hosts, in one write transaction."""
+        with transaction(self.site.store.engine, write=True) as s:
+            records = _Records(self.snap, now())
+            for d in done:
+                records.add(d)
+            records.write(s)
+        out.done += done
 
     def sync_modes(self) -> None:
         """Record how each placed job now shares its GPUs (exclusive, packed, time-sliced).
@@ -164,10 +175,13 @@ class Applier:
             for j, js in state.jobs.items()
             if js.gpus and j in self.snap.job_ids
         }
-        with transaction(self.site.store.engine, write=True) as s:
-            for alloc in s.scalars(select(AllocationRow).where(AllocationRow.job_id.in_(want))):
-                if alloc.mode != want[alloc.job_id]:
-                    alloc.mode = want[alloc.job_id]
+        with transaction(self.site.store.engine, write=True) as s, gc_paused():
+            found = s.execute(select(AllocationRow.id, AllocationRow.job_id, AllocationRow.mode))
+            changed = [
+                {"id": a, "mode": want[j]} for a, j, mode in found if want.get(j, mode) != mode
+            ]
+            if changed:
+                s.execute(update(AllocationRow), changed)
 
     def _row(self, s: Session, job_id: str) -> JobRow:
         row = s.get(JobRow, self.snap.job_ids[job_id])
@@ -193,22 +207,11 @@ class Applier:
         with transaction(self.site.store.engine, write=False) as s:
             return job_gpus(s, self.snap.job_ids[job_id]) == sorted(gpus)
 
-    def _record_place(self, s: Session, row: JobRow, d: Place) -> None:
-        at = now()
-        for ref in d.gpus:
-            gpu_id = self.snap.gpu_ids[ref]
-            s.add(AllocationRow(job_id=row.id, gpu_id=gpu_id, mode=d.mode.value, since=at))
-        row.start_time = row.start_time or at
-        row.mechanism = row.mechanism or MECHANISM_FREEZE
-        set_state(s, row, "RUNNING", d.reason)
-        text = f"job {row.id} on {moves.where(d.gpus)}: {d.reason}"
-        events.record(s, "job.place", text, job_id=row.id, data={"to": moves.where(d.gpus)})
-
     def _pause(self, s: Session, row: JobRow, job_id: str) -> None:
         """Freeze the job's running containers (it may have been placed in this very batch)."""
         if job_id in self._placed:
-            names = {n for n, _ in self._placed[job_id]}
-            nodes = [n for name, n in self._node_rows(s).items() if name in names]
+            rows = self._node_rows(s)
+            nodes = [rows[n] for n in sorted({n for n, _ in self._placed[job_id]}) if n in rows]
         else:
             nodes = job_nodes(s, row.id)
         for node in nodes:
@@ -216,17 +219,6 @@ class Applier:
             for c in self.site.containers(node, row.id, row.attempt):
                 if c.running and not c.paused:
                     engine.pause(c.id)
-
-    @staticmethod
-    def _record_freeze(s: Session, row: JobRow, d: Suspend | Unpack) -> None:
-        set_state(s, row, "SUSPENDED", d.reason)
-        events.record(
-            s,
-            "job.unpack" if isinstance(d, Unpack) else "job.suspend",
-            f"job {row.id} suspended (freeze): {d.reason}",
-            job_id=row.id,
-            data={"mechanism": "freeze"},
-        )
 
     def _thaw(self, s: Session, row: JobRow, d: Resume | Pack) -> None:
         """Let the job run on its GPUs: thaw its containers, or start it anew if they are gone."""
@@ -277,3 +269,88 @@ class Applier:
                 s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
                 row.reason = f"start failed: {why}"
             events.record(s, "job.error", f"job {row.id}: {why}", job_id=row.id)
+
+
+class _Records:
+    """The store writes of one batch of decisions, gathered in order and written in bulk.
+
+    The same rows :func:`gctl.services.jobs.set_state` and
+    :func:`gctl.services.events.record` write one at a time: each job's new
+    state and reason, its history, its allocations and an event per decision,
+    all stamped with the batch's time.
+    """
+
+    def __init__(self, snap: Snapshot, at: float) -> None:
+        self.snap = snap
+        self.at = at
+        self.updates: dict[int, dict[str, Any]] = {}
+        self.allocations: list[dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = []
+        self.events: list[events.NewEvent] = []
+
+    def add(self, d: Batched) -> None:
+        """Gather what ``d`` writes; a later decision on the same job overrides an earlier."""
+        job = self.snap.job_ids[d.job_id]
+        if isinstance(d, Queue):
+            self._job(job, new_reason=d.reason)
+            return
+        if isinstance(d, Place):
+            to, ids = moves.where(d.gpus), self.snap.gpu_ids
+            self.allocations += [
+                {"job_id": job, "gpu_id": ids[ref], "mode": d.mode.value, "since": self.at}
+                for ref in d.gpus
+            ]
+            self._job(job, started_at=self.at)
+            self._state(job, "RUNNING", d.reason)
+            text = f"job {job} on {to}: {d.reason}"
+            self.events.append(events.NewEvent("job.place", text, job_id=job, data={"to": to}))
+            return
+        self._state(job, "SUSPENDED", d.reason)
+        self.events.append(
+            events.NewEvent(
+                "job.unpack" if isinstance(d, Unpack) else "job.suspend",
+                f"job {job} suspended (freeze): {d.reason}",
+                job_id=job,
+                data={"mechanism": "freeze"},
+            )
+        )
+
+    def _job(self, job: int, **values: Any) -> None:
+        self.updates.setdefault(job, {}).update(values)
+
+    def _state(self, job: int, state: str, reason: str) -> None:
+        self._job(job, new_state=state, new_reason=reason)
+        self.history.append({"job_id": job, "state": state, "at": self.at, "reason": reason})
+
+    def write(self, s: Session) -> None:
+        """Write everything gathered in the caller's transaction, a statement per table."""
+        conn = s.connection()
+        by_keys: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for job, values in self.updates.items():
+            by_keys.setdefault(tuple(sorted(values)), []).append({"row_id": job, **values})
+        for keys, params in by_keys.items():
+            conn.execute(_job_update(keys), params)
+        if self.allocations:
+            conn.execute(insert(AllocationRow), self.allocations)
+        if self.history:
+            conn.execute(insert(JobStateRow), self.history)
+        events.record_many(s, self.events, at=self.at)
+
+
+def _job_update(keys: tuple[str, ...]) -> Update:
+    """An UPDATE of one job (``row_id``) setting the columns its parameter ``keys`` name.
+
+    ``started_at`` is a placement: the job's first start time and its
+    mechanism are set unless already known.
+    """
+    values: dict[Any, Any] = {}
+    if "new_state" in keys:
+        values[JobRow.state] = bindparam("new_state")
+    if "new_reason" in keys:
+        values[JobRow.reason] = bindparam("new_reason")
+    if "started_at" in keys:
+        values[JobRow.start_time] = func.coalesce(
+            JobRow.start_time, bindparam("started_at", type_=Double())
+        )
+        values[JobRow.mechanism] = func.coalesce(JobRow.mechanism, MECHANISM_FREEZE)
+    return update(JobRow).where(JobRow.id == bindparam("row_id")).values(values)

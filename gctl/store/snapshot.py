@@ -158,15 +158,16 @@ def load(session: Session, *, now: float) -> Snapshot:
     node-down event and the fallback for times the store lacks. Run it in
     one transaction that sees a consistent store (:func:`read` does).
     """
-    with _gc_paused():
+    with gc_paused():
         return _Loader(session, now).run()
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector off while a load builds its many acyclic objects.
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off while the block builds many acyclic objects.
 
     A load creates ~10 objects per job; the collector's passes over them
+    (and over the cluster state already built, which a pass keeps alive)
     are a third of the time of a big load and would find nothing to free.
     """
     was_enabled = gc.isenabled()

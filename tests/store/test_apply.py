@@ -1,0 +1,211 @@
+"""What the daemon's Applier records for batched decisions, with hosts that do nothing.
+
+The batched decisions (Place, Queue, Suspend, Unpack) are written in bulk;
+these tests pin the rows that result, on SQLite and PostgreSQL: job state,
+reason, first start and mechanism, allocations and their sharing modes, the
+state history and the events, and what a host's refusal leaves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from storekit import node, on_gpus, req
+
+from gctl.core.decisions import Decision, Place, Queue, Suspend, Unpack
+from gctl.core.model import GpuRef, ShareMode
+from gctl.core.policies.gandiva import GandivaPolicy
+from gctl.daemon import apply
+from gctl.daemon.apply import Applied, Applier
+from gctl.daemon.jobfiles import Mirror
+from gctl.daemon.site import Site, Stopped
+from gctl.hosts.engine import ContainerState
+from gctl.hosts.ssh import HostError, Pool
+from gctl.services import db, events, jobs
+from gctl.store.engine import transaction
+from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, JobStateRow, NodeRow
+from gctl.store.snapshot import read
+
+
+class QuietSite(Site):
+    """A site whose hosts start nothing and hold no containers; ``refuse`` jobs fail to start."""
+
+    def __init__(self, store: db.Store, pool: Pool, mirror: Mirror, refuse: Iterable[int] = ()):
+        super().__init__(store, pool, mirror)
+        self.refuse = set(refuse)
+        self.started: list[int] = []
+
+    def start(
+        self,
+        s: Session,
+        row: JobRow,
+        refs: Iterable[GpuRef],
+        *,
+        nodes: Mapping[str, NodeRow] | None = None,
+    ) -> None:
+        if row.id in self.refuse:
+            raise HostError("a2", f"no room for job {row.id}")
+        self.started.append(row.id)
+
+    def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:
+        return []
+
+    def stop(self, nodes: Iterable[NodeRow], job_id: int, attempt: int | None) -> Stopped:
+        return Stopped()
+
+    def kill(self, nodes: Iterable[NodeRow], job_id: int) -> list[str]:
+        return []
+
+
+def _apply(
+    store: db.Store, tmp_path: Path, decide: list[Decision], refuse: Iterable[int] = ()
+) -> Applied:
+    """Apply ``decide`` on a fresh snapshot, then record the sharing modes."""
+    snap = read(store.engine, now=time.time())
+    with Pool() as pool:
+        site = QuietSite(store, pool, Mirror(tmp_path / "mirror"), refuse)
+        applier = Applier(site, snap, lambda kind, seconds: None)
+        applied = applier.apply(decide)
+        applier.sync_modes()
+    return applied
+
+
+def _history(s: Session, job: int) -> list[tuple[str, str | None]]:
+    q = select(JobStateRow.state, JobStateRow.reason).where(JobStateRow.job_id == job)
+    return [(st, why) for st, why in s.execute(q.order_by(JobStateRow.id))]
+
+
+def _events(s: Session, job: int) -> list[tuple[str, str, dict[str, object]]]:
+    q = select(EventRow.kind, EventRow.message, EventRow.data).where(EventRow.job_id == job)
+    return [(k, m, d) for k, m, d in s.execute(q.order_by(EventRow.id)) if k != "job.submit"]
+
+
+def _gpus(s: Session, job: int) -> list[tuple[str, int, str]]:
+    q = (
+        select(NodeRow.name, GpuRow.index, AllocationRow.mode)
+        .join(GpuRow, GpuRow.node_id == NodeRow.id)
+        .join(AllocationRow, AllocationRow.gpu_id == GpuRow.id)
+        .where(AllocationRow.job_id == job)
+    )
+    return sorted((n, i, m) for n, i, m in s.execute(q))
+
+
+def test_batched_decisions_write_state_history_allocations_and_events(
+    store: db.Store, tmp_path: Path
+) -> None:
+    node(store, "a1")
+    node(store, "a2")
+    ids = jobs.submit(store, [req(1)] * 8 + [req(2)])
+    a, b, c, d, e, f, g, h, two = ids
+    on_gpus(store, h, "a1", [3], since=100.0, state="SUSPENDED", mechanism="checkpoint")
+    with transaction(store.engine, write=True) as s:
+        row = s.get(JobRow, g)
+        assert row is not None
+        row.start_time = 50.0  # started before, requeued: its first start is kept
+        row.mechanism = "checkpoint"
+    decide: list[Decision] = [
+        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Place(str(b), (("a1", 1),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Place(str(c), (("a2", 0),), ShareMode.EXCLUSIVE, "refused"),
+        Queue(str(d), "waiting for 1 GPU"),
+        Suspend(str(b), "time slice over"),
+        Place(str(g), (("a1", 2),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Unpack(str(h), "pack ended"),
+        Place(str(two), (("a2", 2), ("a2", 1)), ShareMode.EXCLUSIVE, "two GPUs"),
+        Queue(str(e), "waiting for 1 GPU"),
+    ]
+    applied = _apply(store, tmp_path, decide, refuse=[c])
+    assert [x.job_id for x in applied.done] == [str(j) for j in (a, b, d, b, g, h, two, e)]
+    assert [(x.job_id, why) for x, why in applied.failed] == [(str(c), f"a2: no room for job {c}")]
+    with transaction(store.engine, write=False) as s:
+        rows = {r.id: r for r in s.scalars(select(JobRow))}
+        assert {j: (rows[j].state, rows[j].reason, rows[j].mechanism) for j in ids} == {
+            a: ("RUNNING", "free GPUs", "freeze"),
+            b: ("SUSPENDED", "time slice over", "freeze"),
+            c: ("PENDING", f"start failed: a2: no room for job {c}", None),
+            d: ("PENDING", "waiting for 1 GPU", None),
+            e: ("PENDING", "waiting for 1 GPU", None),
+            f: ("PENDING", None, None),
+            g: ("RUNNING", "free GPUs", "checkpoint"),
+            h: ("SUSPENDED", "pack ended", "checkpoint"),
+            two: ("RUNNING", "two GPUs", "freeze"),
+        }
+        assert rows[g].start_time == 50.0
+        assert rows[h].start_time == 100.0
+        placed_at = rows[a].start_time
+        assert placed_at is not None and placed_at > 1e9
+        assert rows[b].start_time == placed_at and rows[two].start_time == placed_at
+        assert rows[c].start_time is None and rows[d].start_time is None
+        assert _history(s, a) == [("PENDING", "submitted"), ("RUNNING", "free GPUs")]
+        assert _history(s, b) == [
+            ("PENDING", "submitted"),
+            ("RUNNING", "free GPUs"),
+            ("SUSPENDED", "time slice over"),
+        ]
+        assert _history(s, c) == _history(s, d) == [("PENDING", "submitted")]
+        assert _history(s, h)[-1] == ("SUSPENDED", "pack ended")
+        times = s.scalars(select(JobStateRow.at).where(JobStateRow.state != "PENDING")).all()
+        assert len(set(times) - {100.0}) == 1  # one batch, one time
+        assert _gpus(s, a) == [("a1", 0, "exclusive")]
+        assert _gpus(s, b) == [("a1", 1, "exclusive")]
+        assert _gpus(s, c) == [] and _gpus(s, d) == []
+        assert _gpus(s, two) == [("a2", 1, "exclusive"), ("a2", 2, "exclusive")]
+        assert _events(s, a) == [("job.place", f"job {a} on a1:0: free GPUs", {"to": "a1:0"})]
+        assert _events(s, b) == [
+            ("job.place", f"job {b} on a1:1: free GPUs", {"to": "a1:1"}),
+            (
+                "job.suspend",
+                f"job {b} suspended (freeze): time slice over",
+                {"mechanism": "freeze"},
+            ),
+        ]
+        assert _events(s, c) == [("job.error", f"job {c}: a2: no room for job {c}", {})]
+        assert _events(s, d) == []
+        assert _events(s, h) == [
+            ("job.unpack", f"job {h} suspended (freeze): pack ended", {"mechanism": "freeze"})
+        ]
+        assert _events(s, two) == [
+            ("job.place", f"job {two} on a2:1,2: two GPUs", {"to": "a2:1,2"})
+        ]
+        users = set(s.scalars(select(EventRow.user).where(EventRow.kind != "job.submit")))
+        assert users == {events.current_user()}
+
+
+def test_a_policy_pass_over_many_batches_records_every_decision(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More jobs than GPUs, several batches: all recorded, sharing modes as the core has them."""
+    monkeypatch.setattr(apply, "BATCH", 3)
+    node(store, "a1")
+    node(store, "a2")
+    ids = jobs.submit(store, [req(1)] * 10 + [req(2)] * 2)
+    snap = read(store.engine, now=time.time())
+    decide = GandivaPolicy().schedule(snap.state, time.time())
+    with Pool() as pool:
+        applier = Applier(QuietSite(store, pool, Mirror(tmp_path)), snap, lambda k, s: None)
+        applied = applier.apply(decide)
+        applier.sync_modes()
+    assert applied.failed == [] and applied.done == decide
+    queued = {int(x.job_id): x.reason for x in decide if isinstance(x, Queue)}
+    assert sum(isinstance(x, Place) for x in decide) == 10 and queued  # 2 GPUs time-sliced
+    state = snap.state
+    with transaction(store.engine, write=False) as s:
+        for j in ids:
+            js = state.jobs[str(j)]
+            row = s.get(JobRow, j)
+            assert row is not None
+            if not js.gpus:
+                assert (row.state, row.reason, _gpus(s, j)) == ("PENDING", queued.get(j), [])
+                continue
+            want = "RUNNING" if js.status.name == "RUNNING" else "SUSPENDED"
+            assert row.state == want, (j, js.status)
+            mode = state.mode_of(str(j)).value
+            assert _gpus(s, j) == sorted((n, i, mode) for n, i in js.gpus)
+            kinds = [k for k, _, _ in _events(s, j)]
+            assert kinds == ["job.place"] + (["job.suspend"] if want == "SUSPENDED" else [])
+        assert {m for m in s.scalars(select(AllocationRow.mode))} >= {"time-sliced"}
