@@ -52,6 +52,8 @@ from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot, gc_paused
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
 BATCH = 500
 """Decisions recorded per transaction."""
+RECORD_EVERY = 1.0
+"""Seconds of host actions after which a batch records what it did before going on."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 
@@ -79,7 +81,8 @@ class Applier:
 
         Runs of placements, queue reasons and freezes are carried out on the
         hosts one by one and recorded together, one transaction per
-        :data:`BATCH`; moves and thaws are carried out one at a time.
+        :data:`BATCH` or per :data:`RECORD_EVERY` seconds of host actions,
+        whichever comes first; moves and thaws are carried out one at a time.
         """
         out = Applied()
         batch: list[Batched] = []
@@ -124,21 +127,29 @@ class Applier:
         and records are acyclic and gone by its end, and the collector's
         passes would walk the whole cluster state for nothing.
         """
-        if not batch:
-            return
-        with gc_paused():
-            started = self._act(batch, out)
-            self._record([d for d, _ in started], out)
-        for d, at in started:
-            self.observe(type(d).__name__.lower(), now() - at)
+        while batch:
+            with gc_paused():
+                started, batch = self._act(batch, out)
+                self._record([d for d, _ in started], out)
+            for d, at in started:
+                self.observe(type(d).__name__.lower(), now() - at)
 
-    def _act(self, batch: list[Batched], out: Applied) -> list[tuple[Batched, float]]:
-        """Carry out the batch's host actions; the decisions carried out, with when each began."""
+    def _act(
+        self, batch: list[Batched], out: Applied
+    ) -> tuple[list[tuple[Batched, float]], list[Batched]]:
+        """Carry out the batch's host actions for up to :data:`RECORD_EVERY` seconds.
+
+        Returns the decisions carried out, with when each began, and those
+        left for the next round, so that what has started is recorded soon.
+        """
         started: list[tuple[Batched, float]] = []
+        begun = now()
         with transaction(self.site.store.engine, write=False) as s:
             rows = self._rows(s, batch)
-            for d in batch:
+            for i, d in enumerate(batch):
                 at = now()
+                if at - begun >= RECORD_EVERY:
+                    return started, batch[i:]
                 row = rows.get(self.snap.job_ids[d.job_id])
                 try:
                     if row is None:
@@ -153,7 +164,7 @@ class Applier:
                     out.failed.append((d, str(exc)))
                     continue
                 started.append((d, at))
-        return started
+        return started, []
 
     def _record(self, done: list[Batched], out: Applied) -> None:
         """Record decisions carried out on the hosts, in one write transaction."""
