@@ -17,6 +17,9 @@ from pathlib import Path
 
 SYSTEM_CONFIG = Path("/etc/gctl/gctl.toml")
 
+DEFAULT_WORK_DIR = "/var/lib/gctl"
+"""Where job directories live on a host unless the node says otherwise."""
+
 KNOWN: dict[str, set[str]] = {"store": {"url"}}
 """Sections and keys a config file may hold."""
 

@@ -2,34 +2,40 @@
 
 from __future__ import annotations
 
-from sqlalchemy.exc import OperationalError
-
-from gctl.config import ConfigError
-from gctl.core.policy import PolicyOptionError, UnknownPolicyError
-from gctl.core.state import StateError
-from gctl.services.errors import ServiceError
-from gctl.services.specs import SpecError
-from gctl.sim.cluster_spec import ClusterSpecError
-from gctl.sim.traces import TraceError
-from gctl.store.engine import StoreError
-
 
 class UsageError(ValueError):
     """A value the user gave that no command can use."""
 
 
-USER_ERRORS: tuple[type[Exception], ...] = (
-    UsageError,
-    TraceError,
-    ClusterSpecError,
-    UnknownPolicyError,
-    PolicyOptionError,
-    StateError,
-    ServiceError,
-    SpecError,
-    StoreError,
-    ConfigError,
-    OperationalError,
-    OSError,
-)
-"""Exceptions caused by input or environment; anything else is a bug and keeps its traceback."""
+def user_errors() -> tuple[type[Exception], ...]:
+    """Exceptions caused by input or environment; anything else is a bug and keeps its traceback.
+
+    Looked up only once a command has failed, so that no command pays at
+    start-up for importing the modules that define them (the simulator's,
+    the scheduler core's).
+    """
+    from sqlalchemy.exc import OperationalError
+
+    from gctl.config import ConfigError
+    from gctl.core.policy import PolicyOptionError, UnknownPolicyError
+    from gctl.core.state import StateError
+    from gctl.services.errors import ServiceError
+    from gctl.services.specs import SpecError
+    from gctl.sim.cluster_spec import ClusterSpecError
+    from gctl.sim.traces import TraceError
+    from gctl.store.engine import StoreError
+
+    return (
+        UsageError,
+        TraceError,
+        ClusterSpecError,
+        UnknownPolicyError,
+        PolicyOptionError,
+        StateError,
+        ServiceError,
+        SpecError,
+        StoreError,
+        ConfigError,
+        OperationalError,
+        OSError,
+    )

@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 
 import typer
-from sqlalchemy.exc import OperationalError
 
 from gctl import __version__
 from gctl.cli import admin, daemon, jobs, nodes, render, sim
-from gctl.cli.errors import USER_ERRORS
+from gctl.cli.errors import user_errors
 
 app = typer.Typer(
     help="Operations toolkit for bare-metal GPU clusters (Gandiva-style scheduling).",
@@ -64,13 +63,17 @@ def main() -> None:
     """
     try:
         app()
-    except USER_ERRORS as exc:
+    except Exception as exc:
+        if not isinstance(exc, user_errors()):
+            raise
         render.error(_one_line(exc))
         sys.exit(1)
 
 
 def _one_line(exc: Exception) -> str:
     """A user error as text; a file error names the file first, as shell tools do."""
+    from sqlalchemy.exc import OperationalError
+
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror}"
     if isinstance(exc, OperationalError):

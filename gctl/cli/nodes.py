@@ -1,4 +1,8 @@
-"""``gctl node``: register GPU servers and manage them the way ``scontrol``/``sinfo`` do."""
+"""``gctl node``: register GPU servers and manage them the way ``scontrol``/``sinfo`` do.
+
+Each command imports the node service, which loads the ORM, when it runs:
+every command imports this module, and ``gctl queue`` needs no ORM.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,7 @@ import typer
 from gctl.cli import render
 from gctl.cli.context import JsonOpt, store
 from gctl.cli.errors import UsageError
-from gctl.services import nodes
-from gctl.services.nodes import DEFAULT_WORK_DIR
+from gctl.config import DEFAULT_WORK_DIR
 
 app = typer.Typer(help="Register nodes, list them (sinfo-like), drain, down, resume, remove.")
 
@@ -48,6 +51,8 @@ def add(
     presents and asks you to confirm it (on a terminal); anywhere else it
     stops and tells you the fingerprint to check and pass.
     """
+    from gctl.services import nodes
+
     fingerprint = host_key_fingerprint or _confirm_host_key(name, host, port, user, key)
     view = nodes.add_node(
         store(ctx),
@@ -69,6 +74,8 @@ def add(
 
 def _confirm_host_key(name: str, host: str, port: int, user: str | None, key: str | None) -> str:
     """Show the host's key and return its fingerprint once the operator accepts it."""
+    from gctl.services import nodes
+
     shown = nodes.scan_host_key(name, host, port=port, ssh_user=user, key_path=key)
     where = f"{host}:{port}"
     if not sys.stdin.isatty():
@@ -93,6 +100,8 @@ def ls(
     json_out: JsonOpt = False,
 ) -> None:
     """List nodes: state (idle/mix/alloc/drng/drain/down, * = not responding), GPUs, height."""
+    from gctl.services import nodes
+
     views = nodes.list_nodes(store(ctx), names)
     if json_out:
         render.emit_json([v.to_dict() for v in views if v.reason or not reasons])
@@ -109,6 +118,8 @@ def show(
     json_out: JsonOpt = False,
 ) -> None:
     """Show one node with its GPUs and the jobs on them."""
+    from gctl.services import nodes
+
     view = nodes.show_node(store(ctx), name)
     if json_out:
         render.emit_json(view.to_dict())
@@ -123,6 +134,8 @@ def _admin(action: str, doc: str) -> None:
         reason: ReasonOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
+        from gctl.services import nodes
+
         view = nodes.set_admin_state(store(ctx), name, action, reason)
         if json_out:
             render.emit_json(view.to_dict())
@@ -145,6 +158,8 @@ def rm(
     name: Annotated[str, typer.Argument(help="Node name.")],
 ) -> None:
     """Forget a node (refused while jobs hold its GPUs)."""
+    from gctl.services import nodes
+
     nodes.remove_node(store(ctx), name)
     render.message(f"node {name} removed")
 

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gctl.config import DEFAULT_WORK_DIR
 from gctl.hosts import gpu_probe
 from gctl.hosts.engine import Engine
 from gctl.hosts.ssh import HostError, Pool, Target, fan_out
 from gctl.services.db import Store
-from gctl.services.nodes import DEFAULT_SSH_PORT, DEFAULT_WORK_DIR, named_rows
+from gctl.services.nodes import DEFAULT_SSH_PORT, named_rows
 from gctl.store.engine import transaction
 from gctl.store.models import GpuRow, NodeRow
 

@@ -1,23 +1,32 @@
-"""Job use cases: submit (one or a batch), the queue, show, and operator actions.
+"""Job use cases: submit (one or a batch), show, and operator actions.
 
-States use Slurm's names and codes. What needs a running job to be touched
-(suspend, resume, requeue, migrate, cancel of a running job) is recorded as
-an intent for the daemon, and the caller is told so; what only changes the
-queue (cancel or hold of a pending job, release) happens at once.
+What needs a running job to be touched (suspend, resume, requeue, migrate,
+cancel of a running job) is recorded as an intent for the daemon, and the
+caller is told so; what only changes the queue (cancel or hold of a pending
+job, release) happens at once. The queue listing and Slurm's state names are
+in :mod:`gctl.services.queue`, which needs no ORM.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy import Select, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from gctl.services import events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
+
+# The queue's FINISHED, ON_GPUS, STATE_CODES and queue, exported here as well: the
+# daemon and the dashboard import them from this module.
+from gctl.services.queue import FINISHED as FINISHED
+from gctl.services.queue import ON_GPUS as ON_GPUS
+from gctl.services.queue import STATE_CODES as STATE_CODES
+from gctl.services.queue import JobColumns
+from gctl.services.queue import queue as queue
 from gctl.services.specs import JobRequest
 from gctl.store.engine import transaction
 from gctl.store.models import (
@@ -32,48 +41,10 @@ from gctl.store.models import (
     utc,
 )
 
-STATE_CODES: dict[str, str] = {
-    "PENDING": "PD",
-    "RUNNING": "R",
-    "SUSPENDED": "S",
-    "STOPPED": "ST",
-    "COMPLETING": "CG",
-    "COMPLETED": "CD",
-    "FAILED": "F",
-    "CANCELLED": "CA",
-    "PREEMPTED": "PR",
-    "TIMEOUT": "TO",
-    "REQUEUED": "RQ",
-    "REQUEUE_HOLD": "RH",
-}
-"""Slurm job state names and their squeue codes."""
 
-FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
-ON_GPUS = frozenset({"RUNNING", "SUSPENDED", "STOPPED", "COMPLETING"})
-
-
-def parse_states(text: str) -> set[str]:
-    """``-t`` filter: comma-separated state names or codes, any case (``all`` for every one)."""
-    by_code = {code: name for name, code in STATE_CODES.items()}
-    out: set[str] = set()
-    for part in text.split(","):
-        word = part.strip().upper()
-        if word == "ALL":
-            return set(STATE_CODES)
-        name = by_code.get(word, word)
-        if name not in STATE_CODES:
-            raise ServiceError(f"-t {part.strip()!r}: unknown job state")
-        out.add(name)
-    return out
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class JobView:
-    """A job as ``gctl queue`` and ``gctl show job`` present it.
-
-    Not frozen: ``gctl queue`` builds 100,000 of these, and a frozen
-    dataclass's ``__init__`` costs twice as much.
-    """
+    """A job as ``gctl show job`` presents it (``gctl queue`` takes :class:`JobColumns`)."""
 
     id: int
     name: str
@@ -88,28 +59,10 @@ class JobView:
     held: bool
     nodes: tuple[str, ...]
 
-    @property
-    def code(self) -> str:
-        """The squeue state code."""
-        return STATE_CODES[self.state]
-
     def to_dict(self) -> dict[str, Any]:
         """JSON form, stable keys; times as UTC datetimes (``emit_json`` writes ISO 8601)."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "user": self.user,
-            "state": self.state,
-            "state_code": STATE_CODES[self.state],
-            "gpus": self.gpus,
-            "priority": self.priority,
-            "submit_time": utc(self.submit_time),
-            "start_time": utc(self.start_time),
-            "end_time": utc(self.end_time),
-            "nodes": self.nodes,
-            "reason": self.reason,
-            "held": self.held,
-        }
+        one = JobColumns(**{f.name: [getattr(self, f.name)] for f in fields(self)})
+        return one.to_dicts()[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,68 +149,6 @@ def submit(store: Store, requests: Iterable[JobRequest]) -> list[int]:
             ],
         )
     return ids
-
-
-def queue(
-    store: Store,
-    *,
-    users: set[str] | None = None,
-    states: set[str] | None = None,
-    nodes: set[str] | None = None,
-) -> list[JobView]:
-    """Jobs by id; by default those not finished (like squeue)."""
-    wanted = states or (set(STATE_CODES) - FINISHED)
-    q = select(
-        JobRow.id,
-        JobRow.name,
-        JobRow.user,
-        JobRow.state,
-        JobRow.gpus,
-        JobRow.priority,
-        JobRow.submit_time,
-        JobRow.start_time,
-        JobRow.end_time,
-        JobRow.reason,
-        JobRow.held,
-    ).where(JobRow.state.in_(sorted(wanted)))
-    if users:
-        q = q.where(JobRow.user.in_(sorted(users)))
-    if nodes:
-        q = q.where(JobRow.id.in_(_on_nodes(nodes)))
-    q = q.order_by(JobRow.id)
-    with transaction(store.engine, write=False) as s:
-        rows = s.connection().execute(q).all()
-        placed = _nodes_of(s, wanted)
-    empty: tuple[str, ...] = ()
-    # One comprehension, no per-row branching: this is the hot loop of a
-    # 100,000-job queue.
-    return [JobView(*row, placed.get(row[0], empty)) for row in rows]
-
-
-def _on_nodes(names: set[str]) -> Select[int]:
-    """Ids of the jobs holding GPUs on any of these nodes."""
-    return (
-        select(AllocationRow.job_id)
-        .join(GpuRow, AllocationRow.gpu_id == GpuRow.id)
-        .join(NodeRow, GpuRow.node_id == NodeRow.id)
-        .where(NodeRow.name.in_(sorted(names)))
-    )
-
-
-def _nodes_of(s: Session, states: set[str]) -> dict[int, tuple[str, ...]]:
-    """Nodes each job with GPUs holds, for the states asked."""
-    if not states & ON_GPUS:
-        return {}
-    rows = s.execute(
-        select(AllocationRow.job_id, NodeRow.name)
-        .join(GpuRow, AllocationRow.gpu_id == GpuRow.id)
-        .join(NodeRow, GpuRow.node_id == NodeRow.id)
-        .order_by(AllocationRow.job_id, NodeRow.name)
-    ).all()
-    out: dict[int, dict[str, None]] = {}
-    for job_id, name in rows:
-        out.setdefault(job_id, {})[name] = None
-    return {j: tuple(n) for j, n in out.items()}
 
 
 def show_job(store: Store, job_id: int) -> JobDetail:

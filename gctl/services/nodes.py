@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from gctl.config import DEFAULT_WORK_DIR
 from gctl.services import events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 
 DEFAULT_SSH_PORT = 22
-DEFAULT_WORK_DIR = "/var/lib/gctl"
-"""Where job directories live on a host unless the node says otherwise."""
 HEARTBEAT_TIMEOUT = 60.0
 """Seconds without an answer after which a node is shown as not responding."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

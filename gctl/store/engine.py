@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for another writer before giving up."""
@@ -75,6 +77,8 @@ def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
     ``write=True`` takes SQLite's write lock at the start (see the module
     docstring); use it for every transaction that may write.
     """
+    from sqlalchemy.orm import Session  # here: ``gctl queue`` reads without the ORM
+
     bind = engine.execution_options(**{_WRITE: True}) if write else engine
     with Session(bind, expire_on_commit=False) as session, session.begin():
         yield session

@@ -1,8 +1,8 @@
 """Creating and upgrading the store's schema with the Alembic migrations shipped in the package.
 
-Alembic is imported only to change or compare the schema; the check every
-command makes (is the database at :data:`HEAD`?) reads the version table
-directly, so commands start fast.
+Alembic and the models are imported only to change or compare the schema;
+the check every command makes (is the database at :data:`HEAD`?) reads the
+version table directly, so commands start fast.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from importlib.resources import files
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, MetaData, inspect, text
-
-from gctl.store.models import Base
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -54,11 +52,13 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-def differences(engine: Engine, metadata: MetaData = Base.metadata) -> list[object]:
-    """How the database schema differs from the models (empty when they match)."""
+def differences(engine: Engine, metadata: MetaData | None = None) -> list[object]:
+    """How the database schema differs from ``metadata`` (default: the models); empty if none."""
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
+    from gctl.store.models import Base
+
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
-        return list(compare_metadata(ctx, metadata))
+        return list(compare_metadata(ctx, Base.metadata if metadata is None else metadata))

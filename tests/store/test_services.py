@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from gctl.services import db, events, jobs, nodes, specs
+from gctl.services import db, events, jobs, nodes, queue, specs
 from gctl.services.errors import NotFound, ServiceError
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, JobStateRow
@@ -35,6 +35,9 @@ def test_nodes_states_and_reasons(store: db.Store, monkeypatch: pytest.MonkeyPat
         a1 = [g for g in gpus if g.node.name == "a1"]
         for g in a1:
             s.add(AllocationRow(job_id=job, gpu_id=g.id, mode="exclusive"))
+    listed = queue.queue(store, nodes={"a1"})  # Core statements over the four tables
+    assert (listed.id, listed.nodes, listed.held) == ([job], [("a1",)], [False])
+    assert queue.queue(store, nodes={"a2"}).id == []
     v = nodes.show_node(store, "a1")
     assert (v.state, v.gpus_used, v.height, v.affinity) == ("mix", 2, 0.5, 2)
     assert [g.jobs for g in v.gpus] == [(job,), (job,), (), ()]
@@ -58,10 +61,10 @@ def test_submit_queue_filters_and_actions(store: db.Store, monkeypatch: pytest.M
     a, b = jobs.submit(store, [_req(1), _req(2, priority="high", env=["X=a b"])])
     monkeypatch.setenv("GCTL_USER", "bob")
     (c,) = jobs.submit(store, [_req(4)])
-    assert [v.id for v in jobs.queue(store, users={"ann"})] == [a, b]
+    assert queue.queue(store, users={"ann"}).id == [a, b]
     assert jobs.act(store, a, "cancel").done
-    assert [v.id for v in jobs.queue(store)] == [b, c]
-    assert [v.id for v in jobs.queue(store, states={"CANCELLED"})] == [a]
+    assert queue.queue(store).id == [b, c]
+    assert queue.queue(store, states={"CANCELLED"}).id == [a]
     assert jobs.act(store, b, "hold").done
     with pytest.raises(ServiceError, match="already finished"):
         jobs.act(store, a, "hold")
