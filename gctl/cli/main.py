@@ -7,7 +7,7 @@ import sys
 import typer
 
 from gctl import __version__
-from gctl.cli import admin, daemon, jobs, nodes, render, sim
+from gctl.cli import admin, daemon, jobs, nodes, render, sim, watch
 from gctl.cli.errors import user_errors
 
 app = typer.Typer(
@@ -33,6 +33,7 @@ app.command("why")(jobs.why)
 app.command("defrag")(jobs.defrag)
 app.command("daemon")(daemon.daemon)
 app.add_typer(sim.app, name="sim")
+app.command("watch")(watch.watch)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,29 @@
+"""``gctl watch``: the live dashboard of node height, packing, jobs and migrations."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gctl.cli.context import store
+
+
+def watch(
+    ctx: typer.Context,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.2, help="Seconds between refreshes.")
+    ] = 2.0,
+    readonly: Annotated[
+        bool, typer.Option("--readonly", help="Only look: every action is disabled.")
+    ] = False,
+) -> None:
+    """Dashboard: nodes with their height, each node's GPUs, jobs, and the events timeline.
+
+    Keys: ? help, / filter, Enter details, s/r suspend/resume, m migrate,
+    c cancel, d/u drain/undrain, q quit. Works with or without the daemon
+    running; the database is chosen with gctl's --db option.
+    """
+    from gctl.watch.app import WatchApp  # textual loads only for this command
+
+    WatchApp(store(ctx), interval=interval, readonly=readonly).run()

@@ -1,0 +1,242 @@
+"""The dashboard driven with Textual's pilot: keys, drill-down, actions, confirmation, readonly."""
+
+from __future__ import annotations
+
+from conftest import make_app, pilot_test
+from textual.pilot import Pilot
+from textual.widgets import Input, OptionList
+
+from gctl.services import db, jobs, nodes
+from gctl.services.db import Store
+from gctl.watch.app import WatchApp
+from gctl.watch.details import JobDetailScreen, NodeDetailScreen
+from gctl.watch.dialogs import ConfirmScreen, HelpScreen, MigrateScreen, ReasonScreen
+from gctl.watch.panels import GpuGrid
+from gctl.watch.tables import JobsTable, NodesTable
+
+SIZE = (160, 48)
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Let the workers finish and the screen catch up."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def on_job(app: WatchApp, job_id: int) -> JobsTable:
+    table = app.query_one(JobsTable)
+    table.focus()
+    table.move_cursor(row=table.get_row_index(str(job_id)))
+    return table
+
+
+def on_node(app: WatchApp, name: str) -> NodesTable:
+    table = app.query_one(NodesTable)
+    table.focus()
+    table.move_cursor(row=table.get_row_index(name))
+    return table
+
+
+def pending_intents(store: Store, job_id: int) -> list[tuple[str, str]]:
+    return [(kind, status) for _, kind, status in jobs.show_job(store, job_id).intents]
+
+
+def notes(app: WatchApp) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+@pilot_test
+async def test_first_frame_fills_every_panel(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.query_one(NodesTable).row_count == 6
+        assert app.query_one(JobsTable).row_count == 12
+        assert app.feed.frame is not None and app.feed.error is None
+        on_node(app, "n4")
+        await pilot.pause()
+        grid = str(app.query_one(GpuGrid).render())
+        assert "time-sliced" in grid or app.query_one(GpuGrid).visual is not None
+
+
+@pilot_test
+async def test_help_opens_and_closes(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@pilot_test
+async def test_filter_narrows_both_tables_and_esc_clears(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash")
+        assert app.focused is app.query_one("#filter", Input)
+        await pilot.press(*"bob")
+        assert app.query_one(JobsTable).row_count == 5
+        await pilot.press("enter")
+        assert app.query_one(JobsTable).row_count == 5
+        await pilot.press("escape")
+        assert app.query_one(JobsTable).row_count == 12
+
+
+@pilot_test
+async def test_sort_keys_and_reverse(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = on_job(app, 1)
+        await pilot.press("N")
+        names = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        assert names == sorted(names)
+        await pilot.press("N")
+        names = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        assert names == sorted(names, reverse=True)
+        on_node(app, "n1")
+        await pilot.press("H")
+        first = app.query_one(NodesTable).get_row_at(0)[0]
+        assert first in ("n5", "n6")  # height 0 first
+
+
+@pilot_test
+async def test_enter_shows_job_detail_and_esc_goes_back(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 4)
+        await pilot.press("enter")
+        assert isinstance(app.screen, JobDetailScreen)
+        await settle(pilot)
+        text = str(app.screen.body.render())
+        assert "JobId=4" in text
+        assert "job 4 is RUNNING" in text  # gctl why's answer
+        await pilot.press("escape")
+        assert not isinstance(app.screen, JobDetailScreen)
+
+
+@pilot_test
+async def test_enter_shows_node_detail(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_node(app, "n5")
+        await pilot.press("enter")
+        assert isinstance(app.screen, NodeDetailScreen)
+        await settle(pilot)
+        text = str(app.screen.body.render())
+        assert "NodeName=n5" in text and "fan failure" in text
+
+
+@pilot_test
+async def test_suspend_asks_then_records_an_intent(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 1)
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        assert pending_intents(busy, 1) == [("suspend", "pending")]
+        assert any("recorded for the daemon" in n for n in notes(app))
+
+
+@pilot_test
+async def test_declining_does_nothing(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 1)
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert pending_intents(busy, 1) == []
+
+
+@pilot_test
+async def test_readonly_refuses_every_action(busy: Store) -> None:
+    app = make_app(busy, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 1)
+        for key in ("s", "r", "m", "c"):
+            await pilot.press(key)
+            assert not isinstance(app.screen, ConfirmScreen | MigrateScreen)
+        on_node(app, "n1")
+        for key in ("d", "u"):
+            await pilot.press(key)
+            assert not isinstance(app.screen, ReasonScreen | ConfirmScreen)
+        await settle(pilot)
+        assert pending_intents(busy, 1) == []
+        assert nodes.show_node(busy, "n1").state == "mix"
+        assert sum("read-only" in n for n in notes(app)) == 6
+
+
+@pilot_test
+async def test_drain_asks_a_reason_and_drains(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_node(app, "n1")
+        await pilot.press("d")
+        assert isinstance(app.screen, ReasonScreen)
+        await pilot.press(*"fan", "enter")
+        await settle(pilot)
+        view = nodes.show_node(busy, "n1")
+        assert (view.state, view.reason, view.reason_user) == ("drng", "fan", "alice")
+        assert app.query_one(NodesTable).get_row("n1")[1].plain == "drng"
+        await pilot.press("u", "y")
+        await settle(pilot)
+        assert nodes.show_node(busy, "n1").state == "mix"
+
+
+@pilot_test
+async def test_migrate_chooses_a_target_and_confirms(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 4)
+        await pilot.press("m")
+        assert isinstance(app.screen, MigrateScreen)
+        assert [v.name for v in app.screen.targets] == ["n3", "n1", "n4"]
+        assert app.screen.query_one(OptionList).highlighted == 0
+        await pilot.press("enter")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        detail = jobs.show_job(busy, 4)
+        assert [(k, st) for _, k, st in detail.intents] == [("migrate", "pending")]
+
+
+@pilot_test
+async def test_service_error_is_a_notification(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 1)  # running: resume is refused by the service
+        await pilot.press("r", "y")
+        await settle(pilot)
+        assert any("resume needs SUSPENDED" in n for n in notes(app))
+        assert app.is_running
+
+
+@pilot_test
+async def test_store_away_keeps_the_last_frame_marked_stale(busy: Store) -> None:
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        good = app.feed.frame
+        app.feed.source.store = db.connect("/nonexistent-dir/gctl.db")
+        app.action_refresh()
+        await settle(pilot)
+        assert app.feed.frame is good
+        assert app.feed.error is not None
+        status = str(app.query_one("#status").render())
+        assert "STALE" in status
+        assert app.query_one(JobsTable).row_count == 12

@@ -1,0 +1,39 @@
+"""Screenshots of the dashboard over fixed data and a frozen clock (pytest-textual-snapshot).
+
+Regenerate after an intended change with ``pytest tests/watch --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import make_app
+from textual.pilot import Pilot
+
+from gctl.services.db import Store
+from gctl.watch.tables import NodesTable
+
+SIZE = (160, 48)
+
+
+async def _on_n4(pilot: Pilot[None]) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    table = pilot.app.query_one(NodesTable)
+    table.move_cursor(row=table.get_row_index("n4"))
+    await pilot.pause()
+
+
+def test_dashboard(busy: Store, snap_compare: Any) -> None:
+    """Nodes with height bars, n4's time-sliced GPUs, jobs, the events timeline."""
+    assert snap_compare(make_app(busy), terminal_size=SIZE, run_before=_on_n4)
+
+
+def test_help_readonly(busy: Store, snap_compare: Any) -> None:
+    """The help screen of a read-only dashboard."""
+
+    async def help_open(pilot: Pilot[None]) -> None:
+        await _on_n4(pilot)
+        await pilot.press("question_mark")
+
+    assert snap_compare(make_app(busy, readonly=True), terminal_size=SIZE, run_before=help_open)
