@@ -46,13 +46,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [
@@ -62,10 +61,10 @@ sys.path[:0] = [
 ]
 
 import testhosts  # noqa: E402
+from sitekit import NoContainerSite  # noqa: E402
 from storekit import bulk_nodes  # noqa: E402
 
 from gctl.core.decisions import Decision, Place, Queue  # noqa: E402
-from gctl.core.model import GpuRef  # noqa: E402
 from gctl.core.policy import Policy, load_policy  # noqa: E402
 from gctl.core.state import ClusterState  # noqa: E402
 from gctl.daemon import passes  # noqa: E402
@@ -73,8 +72,7 @@ from gctl.daemon.apply import Applied, Applier  # noqa: E402
 from gctl.daemon.jobfiles import Mirror  # noqa: E402
 from gctl.daemon.loop import Daemon, DaemonConfig  # noqa: E402
 from gctl.daemon.metrics import DaemonMetrics  # noqa: E402
-from gctl.daemon.site import Site, Stopped  # noqa: E402
-from gctl.hosts.engine import ContainerSpec, ContainerState, Engine  # noqa: E402
+from gctl.hosts.engine import ContainerSpec  # noqa: E402
 from gctl.hosts.ssh import Pool  # noqa: E402
 from gctl.services import db, hostops, jobs, nodes, specs  # noqa: E402
 from gctl.store.engine import transaction  # noqa: E402
@@ -479,61 +477,6 @@ def bench_switch(info: dict[str, Any], args: argparse.Namespace, tmp: Path) -> N
 
 
 # --- one reactive pass at scale, no host actions -----------------------------------------------
-
-
-class _NoEngine:
-    """An engine that is never reached: getting one is fine, any call on it is an error."""
-
-    def __init__(self, node: str) -> None:
-        self.node = node
-
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError(
-            f"engine.{name} on {self.node} attempted; the benchmark contacts no host"
-        )
-
-
-class NoContainerSite(Site):
-    """A :class:`Site` that carries out no host action: nothing is started, stopped or asked.
-
-    Placing a job records it in the store as the daemon does, but no
-    container starts. A freeze (time slicing's Suspend) finds no container
-    to pause and only records the state; any call that would reach a host's
-    engine is an error.
-    """
-
-    def engine(self, row: NodeRow) -> Engine:
-        """A stand-in engine that refuses every call (see :class:`_NoEngine`)."""
-        return cast(Engine, _NoEngine(row.name))
-
-    def start(
-        self,
-        s: Session,
-        row: JobRow,
-        refs: Iterable[GpuRef],
-        *,
-        nodes: Mapping[str, NodeRow] | None = None,
-    ) -> None:
-        """Start nothing (the store is still written by the caller)."""
-
-    def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:
-        """No containers anywhere."""
-        return []
-
-    def stop(self, nodes: Iterable[NodeRow], job_id: int, attempt: int | None) -> Stopped:
-        """Nothing to stop."""
-        return Stopped()
-
-    def kill(self, nodes: Iterable[NodeRow], job_id: int) -> list[str]:
-        """Nothing to kill."""
-        return []
-
-    def restore(self, node: NodeRow, job_id: int) -> None:
-        """No job directory to restore."""
-
-    def save(self, node: NodeRow, job_id: int) -> bytes:
-        """No job directory to save."""
-        return b""
 
 
 class _TimedPolicy:

@@ -6,7 +6,6 @@ service needs no ORM, starts without loading it.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from gctl.cli import render
 from gctl.cli.context import JsonOpt, store
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_duration
+from gctl.gcpause import gc_paused
 from gctl.services import queue as job_queue
 
 if TYPE_CHECKING:
@@ -113,10 +113,7 @@ def queue(
         render.check_queue_format(fmt)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    # A big queue is a few hundred thousand objects, none in a cycle: the
-    # collector's passes over them while they are made would find nothing.
-    gc.disable()
-    try:
+    with gc_paused():  # a big queue is a few hundred thousand objects, none in a cycle
         listed = job_queue.queue(
             store(ctx),
             users=_split(user),
@@ -127,8 +124,6 @@ def queue(
             render.emit_json({"jobs": listed.to_dicts()})
         else:
             render.queue(listed, fmt, header=not noheader)
-    finally:
-        gc.enable()
 
 
 def _split(text: str | None) -> set[str] | None:

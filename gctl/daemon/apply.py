@@ -42,12 +42,13 @@ from gctl.core.decisions import (
 from gctl.core.model import GpuRef
 from gctl.daemon import moves
 from gctl.daemon.site import Site, job_gpus, job_nodes
+from gctl.gcpause import gc_paused
 from gctl.hosts.ssh import HostError
 from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, JobRow, JobStateRow, NodeRow, now
-from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot, gc_paused
+from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
 
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
 BATCH = 500

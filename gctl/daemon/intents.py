@@ -30,7 +30,8 @@ from gctl.daemon.site import Site, job_gpus, job_nodes
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import events
 from gctl.services.db import Store
-from gctl.services.jobs import FINISHED, set_state
+from gctl.services.jobs import set_state
+from gctl.services.queue import FINISHED
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, IntentRow, JobRow, now
 from gctl.store.snapshot import MECHANISM_CHECKPOINT, read

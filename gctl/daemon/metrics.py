@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gctl.services import nodes as node_views
 from gctl.services.db import Store
-from gctl.services.jobs import STATE_CODES
+from gctl.services.queue import STATE_CODES
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, JobRow
 

@@ -20,7 +20,8 @@ from gctl.daemon.site import Site
 from gctl.hosts.engine import ContainerState
 from gctl.hosts.ssh import HostError, fan_out
 from gctl.services import events, hostops
-from gctl.services.jobs import ON_GPUS, set_state
+from gctl.services.jobs import set_state
+from gctl.services.queue import ON_GPUS
 from gctl.services.telemetry import NodeSample
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, ProfileRow

@@ -101,14 +101,18 @@ def engine(pool: Pool, row: NodeRow) -> Engine:
     return Engine(pool, target(row), docker_host=row.docker_host)
 
 
+def _work_dir(row: NodeRow) -> str:
+    return row.work_dir or DEFAULT_WORK_DIR
+
+
 def job_dir(row: NodeRow, job_id: int) -> str:
     """A job's directory on a node's host (progress and checkpoints, kept across restarts)."""
-    return f"{row.work_dir or DEFAULT_WORK_DIR}/jobs/{job_id}"
+    return f"{_work_dir(row)}/jobs/{job_id}"
 
 
 def emulated_gpu_dir(row: NodeRow) -> str | None:
     """The node's emulated-GPU directory on its host (:mod:`gctl.hosts.emulated`), if emulated."""
-    return f"{row.work_dir or DEFAULT_WORK_DIR}/emulated-gpus" if row.emulated else None
+    return f"{_work_dir(row)}/emulated-gpus" if row.emulated else None
 
 
 def gpu_script(pool: Pool, target: Target, mode: str) -> dict[str, Any]:

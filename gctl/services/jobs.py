@@ -19,14 +19,7 @@ from sqlalchemy.orm import Session
 from gctl.services import events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
-
-# The queue's FINISHED, ON_GPUS, STATE_CODES and queue, exported here as well: the
-# daemon and the dashboard import them from this module.
-from gctl.services.queue import FINISHED as FINISHED
-from gctl.services.queue import ON_GPUS as ON_GPUS
-from gctl.services.queue import STATE_CODES as STATE_CODES
-from gctl.services.queue import JobColumns
-from gctl.services.queue import queue as queue
+from gctl.services.queue import FINISHED, JobColumns
 from gctl.services.specs import JobRequest
 from gctl.store.engine import transaction
 from gctl.store.models import (

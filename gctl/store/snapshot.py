@@ -56,9 +56,7 @@ two different sets, an unknown priority...) are left out and described in
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +77,7 @@ from gctl.core.model import (
     ShareMode,
 )
 from gctl.core.state import ClusterState, GroupKey
+from gctl.gcpause import gc_paused
 from gctl.store.models import (
     AllocationRow,
     GpuRow,
@@ -160,23 +159,6 @@ def load(session: Session, *, now: float) -> Snapshot:
     """
     with gc_paused():
         return _Loader(session, now).run()
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector off while the block builds many acyclic objects.
-
-    A load creates ~10 objects per job; the collector's passes over them
-    (and over the cluster state already built, which a pass keeps alive)
-    are a third of the time of a big load and would find nothing to free.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """The data layer: one frame of nodes, GPUs, jobs and events from the services, kept if stale.
 
 :class:`FrameSource` reads a :class:`~gctl.watch.frame.Frame` through the
-same services as the CLI (``nodes.views``, ``jobs.queue``,
+same services as the CLI (``nodes.views``, ``queue.queue``,
 ``events.list_events``) plus the few things no service lists for a whole
 cluster at once: each allocation's sharing mode, each job's mechanism and
 time of its last state change, and the profile samples. It runs in a worker
@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from gctl.services import events, jobs, nodes
+from gctl.services import events, nodes, queue
 from gctl.services.db import Store
 from gctl.services.errors import ServiceError
 from gctl.store.engine import StoreError, transaction
@@ -54,7 +54,7 @@ class FrameSource:
             placed, where = _allocations(s)
             mechanism, since = _job_extras(s)
             samples = self.history.read(s, {h.job_id for hs in placed.values() for h in hs})
-        queue = jobs.queue(self.store)
+        listed = queue.queue(self.store)
         recent = tuple(events.list_events(self.store, limit=self.events_limit))
         lines = tuple(
             NodeLine(
@@ -88,13 +88,13 @@ class FrameSource:
                 held,
             )
             for job_id, name, user, state, gpus, reason, held in zip(
-                queue.id,
-                queue.name,
-                queue.user,
-                queue.state,
-                queue.gpus,
-                queue.reason,
-                queue.held,
+                listed.id,
+                listed.name,
+                listed.user,
+                listed.state,
+                listed.gpus,
+                listed.reason,
+                listed.held,
                 strict=True,
             )
         )
@@ -143,7 +143,7 @@ def _allocations(s: Session) -> tuple[_Placed, dict[int, str]]:
 def _job_extras(s: Session) -> tuple[dict[int, str | None], dict[int, float]]:
     """Each unfinished job's suspend mechanism, and when it entered its state."""
     job, hist = JobRow.__table__.c, JobStateRow.__table__.c
-    open_states = sorted(set(jobs.STATE_CODES) - jobs.FINISHED)
+    open_states = sorted(set(queue.STATE_CODES) - queue.FINISHED)
     mechanism: dict[int, str | None] = {
         job_id: mech
         for job_id, mech in s.execute(

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.widgets import DataTable
 
-from gctl.services.jobs import STATE_CODES
+from gctl.services.queue import STATE_CODES
 from gctl.watch.fmt import JOB_STATE_STYLE, NODE_STATE_STYLE, coarse_age, height_bar, styled
 from gctl.watch.frame import Frame, JobLine, NodeLine
 

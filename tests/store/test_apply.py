@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from sitekit import NoContainerSite
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from storekit import node, on_gpus, req
@@ -23,8 +24,6 @@ from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.daemon import apply
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.jobfiles import Mirror
-from gctl.daemon.site import Site, Stopped
-from gctl.hosts.engine import ContainerState
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import db, events, jobs
 from gctl.store.engine import transaction
@@ -32,7 +31,7 @@ from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, JobStateR
 from gctl.store.snapshot import read
 
 
-class QuietSite(Site):
+class QuietSite(NoContainerSite):
     """A site whose hosts start nothing and hold no containers; ``refuse`` jobs fail to start."""
 
     def __init__(self, store: db.Store, pool: Pool, mirror: Mirror, refuse: Iterable[int] = ()):
@@ -48,18 +47,10 @@ class QuietSite(Site):
         *,
         nodes: Mapping[str, NodeRow] | None = None,
     ) -> None:
+        """Record the start, or refuse it for a job in ``refuse``."""
         if row.id in self.refuse:
             raise HostError("a2", f"no room for job {row.id}")
         self.started.append(row.id)
-
-    def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:
-        return []
-
-    def stop(self, nodes: Iterable[NodeRow], job_id: int, attempt: int | None) -> Stopped:
-        return Stopped()
-
-    def kill(self, nodes: Iterable[NodeRow], job_id: int) -> list[str]:
-        return []
 
 
 def _apply(

@@ -14,7 +14,7 @@ from gctl.core.model import Cluster, JobClass, JobSpec, JobStatus, Node, Priorit
 from gctl.core.packing import aggregate_speed
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.core.state import ClusterState
-from gctl.services import db, jobs, nodes
+from gctl.services import db, jobs, nodes, queue
 from gctl.sim.cluster_spec import node_gpus
 from gctl.store import snapshot
 from gctl.store.engine import transaction
@@ -378,9 +378,9 @@ def test_every_store_state_has_one_meaning() -> None:
         snapshot.RUNNING_STATES,
         snapshot.SUSPENDED_STATES,
     ]
-    assert sorted(s for g in groups for s in g) == sorted(jobs.STATE_CODES)
-    assert snapshot.FINISHED_STATES == jobs.FINISHED
-    assert snapshot.RUNNING_STATES | snapshot.SUSPENDED_STATES == jobs.ON_GPUS
+    assert sorted(s for g in groups for s in g) == sorted(queue.STATE_CODES)
+    assert snapshot.FINISHED_STATES == queue.FINISHED
+    assert snapshot.RUNNING_STATES | snapshot.SUSPENDED_STATES == queue.ON_GPUS
 
 
 def test_load_time_1000_nodes_10000_pending_jobs(tmp_path: Path) -> None:

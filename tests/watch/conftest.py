@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from watchkit import T, busy_store, responding, shown_as
+from watchkit import busy_store, responding, shown_as
 
 from gctl.services import db
-from gctl.watch.app import WatchApp
 
 
 @pytest.fixture(autouse=True)
@@ -34,18 +30,3 @@ def busy(tmp_path: Path) -> db.Store:
     store = busy_store(tmp_path / "gctl.db")
     responding(store, "n1", "n2", "n3", "n4")
     return shown_as(store)
-
-
-def make_app(store: db.Store, *, readonly: bool = False) -> WatchApp:
-    """The dashboard over ``store`` with a frozen clock and no timed refresh during a test."""
-    return WatchApp(store, interval=3600.0, readonly=readonly, clock=lambda: T)
-
-
-def pilot_test(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Run an async pilot test in its own event loop (no pytest async plugin needed)."""
-
-    @functools.wraps(test)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(test(*args, **kwargs))
-
-    return run

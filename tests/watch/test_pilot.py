@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import make_app, pilot_test
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
+from watchkit import make_app, pilot_test
 
 from gctl.services import db, jobs, nodes
 from gctl.services.db import Store

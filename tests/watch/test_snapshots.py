@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import make_app
 from textual.pilot import Pilot
+from watchkit import make_app
 
 from gctl.services.db import Store
 from gctl.watch.tables import NodesTable

@@ -8,9 +8,13 @@ for it. Every recorded time is then pinned relative to :data:`T`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select, update
 
@@ -25,6 +29,7 @@ from gctl.store.models import (
     NodeRow,
     ProfileRow,
 )
+from gctl.watch.app import WatchApp
 
 FP = "SHA256:" + "A" * 43
 T = 1767268984.0
@@ -144,3 +149,18 @@ def responding(store: db.Store, *names: str) -> None:
 def shown_as(store: db.Store, url: str = "sqlite:///busy.db") -> db.Store:
     """The same store under a fixed name, so screenshots do not show a temporary path."""
     return dataclasses.replace(store, url=url)
+
+
+def make_app(store: db.Store, *, readonly: bool = False) -> WatchApp:
+    """The dashboard over ``store`` with a frozen clock and no timed refresh during a test."""
+    return WatchApp(store, interval=3600.0, readonly=readonly, clock=lambda: T)
+
+
+def pilot_test(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async pilot test in its own event loop (no pytest async plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
