@@ -8,8 +8,6 @@ import typer
 
 from gctl.cli import render
 from gctl.cli.context import JsonOpt, target
-from gctl.services import db
-from gctl.store import schema
 
 app = typer.Typer(help="The state store's schema: upgrade it or show its revision.")
 
@@ -21,6 +19,8 @@ def init(
     ] = False,
 ) -> None:
     """Create or upgrade the database and write a starter config if there is none."""
+    from gctl.services import db  # here: other commands start without SQLAlchemy
+
     store = db.connect(target(ctx))
     before, after = db.upgrade(store)
     what = "created" if before is None else ("upgraded" if before != after else "already current")
@@ -34,6 +34,8 @@ def init(
 @app.command("upgrade")
 def upgrade(ctx: typer.Context) -> None:
     """Bring the database to this gctl's schema."""
+    from gctl.services import db
+
     store = db.connect(target(ctx))
     before, after = db.upgrade(store)
     render.message(f"database {store.url}: schema {before or 'empty'} -> {after}")
@@ -45,8 +47,11 @@ def current(
     json_out: JsonOpt = False,
 ) -> None:
     """Show the database's schema revision and the one this gctl needs."""
+    from gctl.services import db
+    from gctl.store.settings import HEAD
+
     store = db.connect(target(ctx))
-    at, head = db.revision(store), schema.head()
+    at, head = db.revision(store), HEAD
     doc = {"url": store.url, "source": store.source, "current": at, "head": head}
     if json_out:
         render.emit_json(doc)

@@ -1,7 +1,8 @@
 """Job commands in Slurm's words: submit, queue, show, cancel, suspend, resume, requeue, ...
 
-Each command imports the services it calls, so that ``gctl queue``, whose
-service needs no ORM, starts without loading it.
+Each command imports the services it calls, so that ``gctl queue``, which
+reads a SQLite store with the standard library alone, starts without
+loading SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import typer
 
 from gctl.cli import nodes as node_cmds
 from gctl.cli import render
-from gctl.cli.context import JsonOpt, store
+from gctl.cli.context import JsonOpt, store, target
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_duration
 from gctl.gcpause import gc_paused
 from gctl.services import queue as job_queue
+from gctl.services.reader import reading
 
 if TYPE_CHECKING:
     from gctl.services.jobs import ActionResult
@@ -113,13 +115,13 @@ def queue(
         render.check_queue_format(fmt)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    with gc_paused():  # a big queue is a few hundred thousand objects, none in a cycle
-        listed = job_queue.queue(
-            store(ctx),
-            users=_split(user),
-            states=job_queue.parse_states(states) if states else None,
-            nodes=_split(nodelist),
-        )
+    wanted = job_queue.parse_states(states) if states else None
+    # A big queue is a few hundred thousand objects, none in a cycle.
+    with gc_paused():
+        with reading(target(ctx)) as reader:
+            listed = job_queue.listing(
+                reader, users=_split(user), states=wanted, nodes=_split(nodelist)
+            )
         if json_out:
             render.emit_json({"jobs": listed.to_dicts()})
         else:

@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
 from gctl import config
-from gctl.services.errors import ServiceError
+from gctl.services.reader import require_head
 from gctl.store import schema
 from gctl.store.engine import StoreError, make_engine, parse_url
 
@@ -51,14 +51,7 @@ def connect(db: str | None = None) -> Store:
 def open_store(db: str | None = None) -> Store:
     """The store, checked to be at the schema this gctl expects."""
     store = connect(db)
-    at = revision(store)
-    if at is None:
-        raise ServiceError(f"no gctl database at {store.url}; run 'gctl init' first")
-    if at != schema.head():
-        raise ServiceError(
-            f"database {store.url} is at schema {at}, this gctl needs {schema.head()}; "
-            "run 'gctl db upgrade'"
-        )
+    require_head(revision(store), store.url)
     return store
 
 

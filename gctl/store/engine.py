@@ -20,11 +20,10 @@ from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 
+from gctl.store.settings import BUSY_TIMEOUT_S
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
-
-BUSY_TIMEOUT_S = 30.0
-"""How long a writer waits for another writer before giving up."""
 
 _WRITE = "gctl_write"
 

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, MetaData, inspect, text
 
+from gctl.store.settings import HEAD
+
 if TYPE_CHECKING:
     from alembic.config import Config
-
-HEAD = "0004"
-"""The newest migration; a test checks it against the migrations directory."""
 
 
 def alembic_config() -> Config:

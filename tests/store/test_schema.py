@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Column, Integer, MetaData, inspect, select, text
 
-from gctl.services import db, jobs, specs
+from gctl.services import db, jobs, queue, reader, specs
 from gctl.services.errors import ServiceError
-from gctl.store import schema
+from gctl.store import schema, settings
 from gctl.store.engine import transaction
 from gctl.store.models import Base, JobRow
 
@@ -37,14 +37,41 @@ def test_a_model_change_without_a_migration_is_detected(db_url: str) -> None:
 
 
 def test_commands_refuse_an_uninitialised_or_stale_database(db_url: str) -> None:
-    with pytest.raises(ServiceError, match="run 'gctl init'"):
-        db.open_store(db_url)
+    """Both ways in: the engine (``db.open_store``) and the fast reader of ``gctl queue``."""
+    for refused in (_read, db.open_store):
+        with pytest.raises(ServiceError, match="run 'gctl init'"):
+            refused(db_url)
+        if "://" not in db_url and refused is _read:
+            assert not Path(db_url).exists()  # the reader never makes an empty database
     store = db.connect(db_url)
     db.upgrade(store)
+    assert _read(db_url) == []
     with store.engine.begin() as conn:
         conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0000'")
-    with pytest.raises(ServiceError, match="gctl db upgrade"):
-        db.open_store(db_url)
+    for refused in (db.open_store, _read):
+        with pytest.raises(ServiceError, match="gctl db upgrade"):
+            refused(db_url)
+
+
+def _read(db_url: str) -> list[int]:
+    with reader.reading(db_url) as r:
+        return queue.listing(r).id
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("jobs.db", Path("jobs.db")),
+        ("~/g.db", Path("~/g.db").expanduser()),
+        ("sqlite:////var/lib/gctl/gctl.db", Path("/var/lib/gctl/gctl.db")),
+        ("sqlite+pysqlite:///rel.db", Path("rel.db")),
+        ("sqlite:///:memory:", None),
+        ("sqlite:///x.db?timeout=5", None),
+        ("postgresql+psycopg://gctl@db/gctl", None),
+    ],
+)
+def test_the_fast_reader_takes_only_plain_sqlite_files(url: str, path: Path | None) -> None:
+    assert reader.sqlite_file(url) == path
 
 
 def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(tmp_path: Path) -> None:
@@ -58,7 +85,7 @@ def test_sqlite_connections_use_wal_foreign_keys_and_a_busy_timeout(tmp_path: Pa
 def test_head_constant_names_the_newest_migration() -> None:
     from alembic.script import ScriptDirectory
 
-    assert ScriptDirectory.from_config(schema.alembic_config()).get_current_head() == schema.HEAD
+    assert ScriptDirectory.from_config(schema.alembic_config()).get_current_head() == settings.HEAD
 
 
 def test_a_job_with_no_move_has_sql_null_op_and_0004_repairs_json_null(db_url: str) -> None:
