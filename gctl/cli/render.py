@@ -438,6 +438,16 @@ def outcomes(done: list[Outcome] | None, *, recorded: bool) -> None:
         print(f"   {o.kind} of job {o.job_id}: {o.status}: {o.result}")
 
 
+def _progress(p: dict[str, Any]) -> str:
+    """The latest profile sample as ``Progress=...`` with its GPU figures and age."""
+    if p["estimated"]:
+        rate = f"{p['rate']:.2f} (estimated from GPU utilisation: no job SDK seen)"
+    else:
+        rate = f"{p['rate']:.3g} mini-batches/s"
+    gpu = f"GPUUtil={p['gpu_util'] * 100:.0f}% GPUMem={p['memory_mb']}MiB"
+    return f"Progress={rate} {gpu}{' (emulated)' if p['emulated'] else ''} At={_when(p['at'])}"
+
+
 def job_detail(d: JobDetail) -> None:
     """``gctl show job``: scontrol-style key=value lines, then history."""
     v = d.view
@@ -449,6 +459,8 @@ def job_detail(d: JobDetail) -> None:
     how = _MECHANISM_WORDS.get(rt["mechanism"], "not started yet")
     print(f"   Mechanism={rt['mechanism'] or '(none)'} ({how})")
     print(f"   Attempt={rt['attempt']} Restarts={rt['restarts']}")
+    if rt["progress"]:
+        print(f"   {_progress(rt['progress'])}")
     if rt["operation"]:
         op = rt["operation"]
         print(f"   Operation={op['kind']} in progress: {op['reason']}")

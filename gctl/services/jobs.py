@@ -30,9 +30,11 @@ from gctl.store.models import (
     JobRow,
     JobStateRow,
     NodeRow,
+    ProfileRow,
     now,
     utc,
 )
+from gctl.store.snapshot import MECHANISM_CHECKPOINT
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +151,7 @@ def show_job(store: Store, job_id: int) -> JobDetail:
     with transaction(store.engine, write=False) as s:
         row = _get(s, job_id)
         allocs = s.execute(
-            select(NodeRow.name, GpuRow.index, AllocationRow.mode)
+            select(NodeRow.name, GpuRow.index, AllocationRow.mode, GpuRow.emulated)
             .join(GpuRow, AllocationRow.gpu_id == GpuRow.id)
             .join(NodeRow, GpuRow.node_id == NodeRow.id)
             .where(AllocationRow.job_id == job_id)
@@ -165,7 +167,16 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             .where(IntentRow.job_id == job_id)
             .order_by(IntentRow.id)
         ).all()
-        nodes = tuple(dict.fromkeys(n for n, _, _ in allocs))
+        sample = s.execute(
+            select(
+                ProfileRow.at, ProfileRow.progress_rate, ProfileRow.gpu_util, ProfileRow.memory_mb
+            )
+            .where(ProfileRow.job_id == job_id)
+            .order_by(ProfileRow.id.desc())
+            .limit(1)
+        ).first()
+        nodes = tuple(dict.fromkeys(n for n, _, _, _ in allocs))
+        emulated = any(e for _, _, _, e in allocs)
         return JobDetail(
             view=_view(row, nodes),
             spec={
@@ -181,7 +192,7 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 "datasets": row.datasets,
                 "profile": row.profile,
             },
-            allocations=tuple((n, i, m) for n, i, m in allocs),
+            allocations=tuple((n, i, m) for n, i, m, _ in allocs),
             history=tuple((a, st, why) for a, st, why in hist),
             intents=tuple((i, k, st) for i, k, st in intents),
             runtime={
@@ -189,8 +200,30 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 "attempt": row.attempt,
                 "restarts": row.restarts,
                 "operation": row.op,
+                "progress": None if sample is None else _progress(*sample, row.mechanism, emulated),
             },
         )
+
+
+def _progress(
+    at: float, rate: float, util: float, memory_mb: int, mechanism: str | None, emulated: bool
+) -> dict[str, Any]:
+    """The latest profile sample; ``estimated`` when the rate is GPU utilisation, not the SDK's.
+
+    The daemon measures mini-batches per second only for jobs that report
+    through the job SDK (whose mechanism is then checkpoint); for any other
+    job the rate is its share of GPU utilisation, 0 to 1 (see
+    :func:`gctl.daemon.passes.progress_rate`). ``emulated``: the GPU figures
+    come from emulated GPUs the job holds, not from NVML.
+    """
+    return {
+        "at": at,
+        "rate": rate,
+        "estimated": mechanism != MECHANISM_CHECKPOINT,
+        "gpu_util": util,
+        "memory_mb": memory_mb,
+        "emulated": emulated,
+    }
 
 
 def _view(row: JobRow, nodes: tuple[str, ...]) -> JobView:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import testhosts
+from clikit import run
 from sqlalchemy import select
 
 from gctl.core.policy import load_policy
@@ -340,3 +341,38 @@ def test_a_scattered_job_is_regrouped_after_a_big_job_finishes(
     for job_id in (spread, filler):
         jobs.act(store, job_id, "cancel")
     _wait("cancelled", lambda: _jobs(store)[spread].state == "CANCELLED")
+
+
+def test_show_job_gives_measured_progress_with_the_sdk_and_an_estimate_without(
+    host_store: db.Store, start_daemon: Callable[..., Running]
+) -> None:
+    sdk = _submit(host_store, "--steps", "100000", "--step-time", "0.05")
+    plain = jobs.submit(
+        host_store,
+        [
+            specs.build(
+                image="gctl-test/train:1",
+                command=["python3", "-c", "import time; time.sleep(600)"],
+                gpus=1,
+                env=["GCTL_EMULATED_UTIL=40"],
+            )
+        ],
+    )[0]
+    start_daemon(host_store)
+
+    def progress(job_id: int) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = jobs.show_job(host_store, job_id).runtime["progress"]
+        return found if found and found["rate"] > 0 else None
+
+    _wait("both sampled", lambda: progress(sdk) is not None and progress(plain) is not None)
+    measured, estimated = progress(sdk), progress(plain)
+    assert measured is not None and estimated is not None
+    assert not measured["estimated"] and measured["emulated"]
+    # No SDK: the rate is the job's share of (emulated) GPU utilisation, 40 % declared.
+    assert estimated["estimated"] and estimated["rate"] == pytest.approx(0.4)
+    assert estimated["gpu_util"] == pytest.approx(0.4)
+    code, shown, err = run("--db", host_store.url, "show", "job", str(plain))
+    assert code == 0, err
+    assert "Mechanism=freeze" in shown
+    assert "Progress=0.40 (estimated from GPU utilisation: no job SDK seen)" in shown
+    assert "GPUUtil=40% GPUMem=" in shown and "(emulated)" in shown
