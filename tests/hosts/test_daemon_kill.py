@@ -123,6 +123,7 @@ def test_sigkill_at_random_points_loses_nothing(
 ) -> None:
     rounds = int(os.environ.get("GCTL_KILL_ROUNDS", "50"))
     run = run_kills(host_store, tmp_path / "state", rounds)
+    print(f"kill run: {run.kills} kills, {run.jobs} jobs, {run.seconds:.0f} s")  # bench/kill9.py
     assert "Traceback" not in run.log, run.log[-3000:]
     with transaction(host_store.engine, write=False) as s:
         rows = list(s.scalars(select(JobRow)))
