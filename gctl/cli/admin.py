@@ -58,3 +58,26 @@ def current(
     else:
         state = "up to date" if at == head else "needs 'gctl db upgrade'"
         render.message(f"{store.url}: schema {at or 'empty'} (this gctl: {head}) - {state}")
+
+
+@app.command("copy")
+def copy(
+    ctx: typer.Context,
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", help="The empty database to copy into: a URL or a SQLite file (schema made)."
+        ),
+    ],
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy the whole store into another, empty database (e.g. from SQLite to PostgreSQL)."""
+    from gctl.services import db, dbcopy
+
+    copied = dbcopy.copy(db.open_store(target(ctx)), to)
+    if json_out:
+        render.emit_json(copied.to_dict())
+        return
+    rows = ", ".join(f"{n:,} {table}" for table, n in copied.rows.items())
+    render.message(f"copied into {copied.target}: {rows}")
+    render.message("point gctl at it with --db, $GCTL_DB or [store] url in gctl.toml")
