@@ -200,7 +200,10 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 "attempt": row.attempt,
                 "restarts": row.restarts,
                 "operation": row.op,
-                "progress": None if sample is None else _progress(*sample, row.mechanism, emulated),
+                # A sample describes the job's current run: none once it left its GPUs.
+                "progress": _progress(*sample, row.mechanism, emulated)
+                if sample is not None and allocs
+                else None,
             },
         )
 
