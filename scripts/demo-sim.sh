@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up gctl and run its main job on the embedded default: replay the bundled
-# Philly trace through the Gandiva scheduler and the FIFO baseline, side by side.
+# Set up gctl and replay the bundled Philly trace through the Gandiva scheduler
+# and the FIFO baseline, side by side (the simulator: no hosts, no root needed).
+# Any `gctl sim run` option may follow, e.g. --json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-venv.sh

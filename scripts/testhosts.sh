@@ -8,14 +8,16 @@
 #   scripts/testhosts.sh rekey NAME     # new host key, sshd restarted
 #   scripts/testhosts.sh stop           # stop everything, delete the state dir
 #
-# State lives in DIR=${GCTL_TESTHOSTS_DIR:-/tmp/gctl-testhosts}:
+# State lives in DIR=${GCTL_TESTHOSTS_DIR:-/tmp/gctl-testhosts}; the hosts listen on
+# port ${GCTL_TESTHOSTS_PORT:-2222}. Another DIR with another port is another set of
+# hosts, independent of the first (scripts/demo.sh runs its own that way):
 #   id_ed25519(.pub)  client key, authorised for root on every host (authorized_keys)
 #   known_hosts       "[127.0.2.I]:2222 ssh-ed25519 ..." for every host
 #   image.tar         root filesystem of the job image gctl-test/train:1
 #   hI/               host I: ssh_host_ed25519_key, sshd_config, sshd.pid, sshd.log,
 #                     daemon.json, docker.sock, docker.pid, dockerd.log, docker/
 #                     (data root), run/ (exec root), work/ (job directories)
-# Host hI answers SSH as root at 127.0.2.I port 2222 (all of 127/8 is loopback).
+# Host hI answers SSH as root at 127.0.2.I port PORT (all of 127/8 is loopback).
 # Its sshd sets DOCKER_HOST to hI's own engine, so `docker ...` run over SSH on
 # hI sees only hI's containers. Engines run with --bridge none and no iptables
 # (jobs use host networking) and --cgroup-parent /gctl-hI.
@@ -27,7 +29,7 @@
 set -Eeuo pipefail
 
 IMAGE=gctl-test/train:1
-PORT=2222
+PORT=${GCTL_TESTHOSTS_PORT:-2222}
 MAX_HOSTS=16
 HERE=$(cd -- "$(dirname -- "$0")" && pwd -P)
 TRAIN_PY=$HERE/testimage/train.py
@@ -64,6 +66,8 @@ export PATH
 
 DIR=${GCTL_TESTHOSTS_DIR:-/tmp/gctl-testhosts}
 DIR=${DIR%/}
+[[ $PORT =~ ^[0-9]+$ ]] && [ "$PORT" -ge 1024 ] && [ "$PORT" -le 65535 ] ||
+  die "GCTL_TESTHOSTS_PORT must be a port number from 1024 to 65535 (got '$PORT')"
 # A plain absolute path: it goes unquoted into sshd_config, JSON and mountinfo.
 [[ $DIR =~ ^/[A-Za-z0-9._+-][A-Za-z0-9._+/-]*$ && $DIR != *..* ]] ||
   die "GCTL_TESTHOSTS_DIR must be an absolute path of [A-Za-z0-9._+/-] (got '$DIR')"
@@ -367,7 +371,7 @@ EOF
 }
 
 # Die if something else listens on host I's address (only one set of hosts
-# can own 127.0.2.I:2222, whatever its GCTL_TESTHOSTS_DIR).
+# can own 127.0.2.I:PORT, whatever its GCTL_TESTHOSTS_DIR).
 check_port_free() {
   if (exec 5<>"/dev/tcp/$(addr "$1")/$PORT") 2>/dev/null; then
     die "h$1: $(addr "$1"):$PORT is already taken by another process" \
