@@ -7,6 +7,7 @@ loading SQLAlchemy.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from gctl.services.jobs import ActionResult
 
 JobArg = Annotated[int, typer.Argument(help="Job id.", min=1)]
+FOLLOW_EVERY_S = 1.0
+"""How often ``gctl events --follow`` looks for new events."""
 
 show_app = typer.Typer(help="Show one job or node in detail (scontrol show).")
 
@@ -227,6 +230,12 @@ def events_cmd(
     node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
     since: Annotated[str | None, typer.Option(help="Only the last span, e.g. 30m, 2h, 7d.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most the newest N.")] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Keep printing new events as they come (JSON: one per line)."
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """The event log: who did what, when and why."""
@@ -235,11 +244,22 @@ def events_cmd(
     start = None
     if since:
         start = time.time() - parse_duration(since)
-    rows = events.list_events(store(ctx), job_id=job, node=node, since=start, limit=limit)
-    if json_out:
-        render.emit_json({"events": [e.to_dict() for e in rows]})
-    else:
-        render.events_table(rows)
+    s = store(ctx)
+    newest = events.list_events(s, limit=1)  # first: what comes after it is new
+    rows = events.list_events(s, job_id=job, node=node, since=start, limit=limit)
+    if not follow:
+        if json_out:
+            render.emit_json({"events": [e.to_dict() for e in rows]})
+        else:
+            render.events_table(rows)
+        return
+    last = max((e.id for e in newest + rows), default=0)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it, as it ends tail -f
+        while True:
+            render.event_lines(rows, json_lines=json_out)
+            last = max([last, *(e.id for e in rows)])
+            time.sleep(FOLLOW_EVERY_S)
+            rows = events.list_events(s, job_id=job, node=node, after=last)
 
 
 def defrag(
@@ -284,3 +304,38 @@ def why(ctx: typer.Context, job_id: JobArg, json_out: JsonOpt = False) -> None:
         render.emit_json(result.to_dict())
     else:
         render.why(result)
+
+
+def logs(
+    ctx: typer.Context,
+    job_id: JobArg,
+    tail: Annotated[
+        int | None, typer.Option("--tail", "-n", min=0, help="Only the last N lines.")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing output until the container ends.")
+    ] = False,
+    node: Annotated[
+        str | None, typer.Option(help="The job's container on this node (default: its first).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """A job's output, stdout and stderr (docker logs; Slurm's slurm-N.out).
+
+    Read over SSH from the job's container on its node, while the job holds
+    GPUs: the container, and its output, go when the job ends. The output is
+    the job's own bytes, written to stdout as they arrive, not drawn by the
+    renderer; --json gives the last lines as one document instead.
+    """
+    from gctl.services import logs as service  # the hosts layer loads only for this command
+
+    if json_out:
+        if follow:
+            raise UsageError("--json gives the lines there are now; it cannot --follow")
+        render.emit_json(service.tail(store(ctx), job_id, tail, node=node).to_dict())
+        return
+    with (
+        contextlib.suppress(KeyboardInterrupt),  # Ctrl-C ends --follow, as it ends docker logs -f
+        service.stream(store(ctx), job_id, tail=tail, follow=follow, node=node) as out,
+    ):
+        render.raw(out)

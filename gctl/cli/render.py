@@ -6,6 +6,7 @@ rich is imported by the functions that draw with it, so that ``gctl queue``
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import sys
@@ -94,6 +95,25 @@ def emit_json(doc: Any) -> None:
         out.buffer.write(data)
     else:
         out.write(data.decode())
+
+
+def raw(chunks: Iterable[bytes]) -> None:
+    """Bytes a job wrote (``gctl logs``), to stdout unchanged and at once.
+
+    Straight to stdout's byte stream, flushed per chunk so ``--follow``
+    shows lines as they come; a text-only stdout (a test's) gets them
+    decoded as UTF-8.
+    """
+    out = sys.stdout
+    out.flush()
+    binary = getattr(out, "buffer", None)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for chunk in chunks:
+        if binary is None:
+            out.write(decoder.decode(chunk))
+        else:
+            binary.write(chunk)
+            binary.flush()
 
 
 def status(message: str) -> None:
@@ -492,6 +512,21 @@ def events_table(rows: list[EventView]) -> None:
             e.message,
         )
     stdout().print(table, markup=False)
+
+
+def event_lines(rows: list[EventView], *, json_lines: bool) -> None:
+    """Events as they come (``gctl events --follow``): a line each, flushed at once.
+
+    ``json_lines``: one JSON object per line (JSON Lines), since a stream
+    never ends to close one document.
+    """
+    for e in rows:
+        if json_lines:
+            sys.stdout.write(orjson.dumps(e.to_dict()).decode() + "\n")
+        else:
+            job = str(e.job_id) if e.job_id is not None else "-"
+            print(f"{_when(e.at)}  {e.user}  {e.kind:<13} {job:>6}  {e.node or '-'}  {e.message}")
+    sys.stdout.flush()
 
 
 MECHANISMS = {

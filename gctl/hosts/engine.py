@@ -348,14 +348,23 @@ class Engine:
         return int(got["StatusCode"])
 
     def logs(self, cid: str, *, follow: bool = False, tail: int | None = None) -> Iterator[bytes]:
-        """The container's output (stdout and stderr), followed while it runs if asked."""
+        """The container's output (stdout and stderr), followed while it runs if asked.
+
+        Left before its end (Ctrl-C on a follow), the docker-py stream is not
+        closed here: it cannot cancel a stream read over SSH and raises
+        saying so; its channel closes with the engine instead.
+        """
         stream = self._call(
             lambda: self.api.logs(
                 cid, stream=True, follow=follow, tail="all" if tail is None else tail
             ),
             "logs",
         )
-        yield from stream
+        try:
+            for chunk in stream:  # noqa: UP028 (yield from would hand our close to docker-py)
+                yield chunk
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise HostError(self.node, f"logs: Docker engine not reachable: {exc}") from exc
 
     def owned(self, job_id: int | None = None) -> list[ContainerState]:
         """Containers gctl started on the host (running or not), or only one job's."""

@@ -115,9 +115,14 @@ def list_events(
     node: str | None = None,
     since: float | None = None,
     limit: int | None = None,
+    after: int = 0,
 ) -> list[EventView]:
-    """Events, oldest first, filtered by job, node and time; the newest ``limit`` when given."""
-    q = select(EventRow)
+    """Events, oldest first, filtered by job, node and time; the newest ``limit`` when given.
+
+    ``after``: only events with a higher id, i.e. recorded after that one
+    (how ``gctl events --follow`` asks for what is new).
+    """
+    q = select(EventRow).where(EventRow.id > after)
     if job_id is not None:
         q = q.where(EventRow.job_id == job_id)
     if node is not None:

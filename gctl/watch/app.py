@@ -19,10 +19,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Input, Static
 
+from gctl.services import logs
 from gctl.services.db import Store
 from gctl.watch import actions
 from gctl.watch.data import Clock, Feed, FrameSource
-from gctl.watch.details import JobDetailScreen, NodeDetailScreen
+from gctl.watch.details import JobDetailScreen, LogReader, NodeDetailScreen
 from gctl.watch.dialogs import ConfirmScreen, HelpScreen, MigrateScreen, ReasonScreen
 from gctl.watch.fmt import age
 from gctl.watch.panels import GpuGrid, Timeline
@@ -76,13 +77,18 @@ class WatchApp(App[None]):
         interval: float = 2.0,
         readonly: bool = False,
         clock: Clock = time.time,
+        read_log: LogReader = logs.tail,
     ) -> None:
-        """Watch ``store``, refreshing every ``interval`` s; ``clock`` gives the time shown."""
+        """Watch ``store``, refreshing every ``interval`` s; ``clock`` gives the time shown.
+
+        ``read_log`` reads a job's last lines of output for its detail.
+        """
         super().__init__()
         self.store = store
         self.interval = interval
         self.readonly = readonly
         self.clock = clock
+        self.read_log = read_log
         self.feed = Feed(FrameSource(store, clock))
         self.render_seconds = 0.0
         self._refreshing = False
@@ -155,6 +161,10 @@ class WatchApp(App[None]):
         text = self.query_one(JobsTable).filter_text
         if text:
             line.append(f"  filter: {text!r}", style="bold")
+        for table in self.query(FrameTable):
+            note = table.cap_note()
+            if note:
+                line.append(f"  {note}", style="bold yellow")
         self.query_one("#status", Static).update(line)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -168,7 +178,7 @@ class WatchApp(App[None]):
         if key is None:
             return
         if isinstance(event.data_table, JobsTable):
-            self.push_screen(JobDetailScreen(self.store, int(key)))
+            self.push_screen(JobDetailScreen(self.store, int(key), self.read_log))
         elif isinstance(event.data_table, NodesTable):
             self.push_screen(NodeDetailScreen(self.store, key))
 

@@ -1,16 +1,18 @@
-"""Drill-down screens: a job (spec, history, ``gctl why``) and a node (inventory, reasons).
+"""Drill-down screens: a job (spec, history, ``gctl why``, log tail), a node (inventory, reasons).
 
 The text is the CLI's own (``gctl show job``, ``gctl why``, ``gctl node
 show``, ``gctl events``), rendered by :mod:`gctl.cli.render` from the same
 services, so the dashboard and the commands never disagree. The services
-are called in a worker thread; Esc goes back.
+are called in worker threads, once when the screen opens; a job's log tail
+(``gctl logs``, read over SSH from its node) is read in a worker of its own,
+so the rest shows without waiting for the host. Esc goes back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from rich.text import Text
@@ -18,16 +20,21 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from gctl.cli import render
-from gctl.services import events, jobs, nodes, why
+from gctl.services import events, jobs, logs, nodes, why
 from gctl.services.db import Store
 from gctl.watch.data import FAILURES
 
 NODE_EVENTS = 15
 """How many of a node's latest events its detail shows."""
-LOG_NOTE = "log tail: not stored; on the host under the job directory (WorkDir above)"
+LOG_LINES = 50
+"""How many of a job's last output lines its detail shows."""
+
+LogReader = Callable[[Store, int, int], logs.LogTail]
+"""Reads a job's last lines of output: :func:`gctl.services.logs.tail`, or a test's stand-in."""
 
 
 def captured(draw: Callable[[], None]) -> str:
@@ -57,7 +64,12 @@ class DetailScreen(Screen[None]):
         yield Static(f"[b]{self.page_title}[/b]   (Esc back)")
         with VerticalScroll():
             yield self.body
+            yield from self.below()
         yield Footer()
+
+    def below(self) -> Iterable[Widget]:
+        """Widgets under the body (none unless a page adds some)."""
+        return ()
 
     def on_mount(self) -> None:
         """Load the page off the UI thread."""
@@ -77,13 +89,24 @@ class DetailScreen(Screen[None]):
 
 
 class JobDetailScreen(DetailScreen):
-    """``gctl show job`` and ``gctl why`` of one job."""
+    """``gctl show job`` and ``gctl why`` of one job, then the tail of its output."""
 
-    def __init__(self, store: Store, job_id: int) -> None:
-        """The detail of ``job_id``."""
+    def __init__(self, store: Store, job_id: int, read_log: LogReader = logs.tail) -> None:
+        """The detail of ``job_id``; ``read_log`` reads its output."""
         super().__init__(f"job {job_id}")
         self.store = store
         self.job_id = job_id
+        self.read_log = read_log
+        self.log_view = Static(Text("Log: reading from the job's node…", style="dim"), id="log")
+
+    def below(self) -> Iterable[Widget]:
+        """The log tail, under the detail."""
+        yield self.log_view
+
+    def on_mount(self) -> None:
+        """Load the detail, and the log apart: a slow host holds up only the log."""
+        super().on_mount()
+        self.run_worker(self._load_log, thread=True, group="log")
 
     def fetch(self) -> Callable[[], None]:
         """The job's detail and its explanation."""
@@ -94,9 +117,32 @@ class JobDetailScreen(DetailScreen):
             render.job_detail(detail)
             print("\nWhy (gctl why):")
             render.why(reasons)
-            print(f"\n{LOG_NOTE}")
 
         return draw
+
+    def _load_log(self) -> None:
+        try:
+            shown = log_text(self.read_log(self.store, self.job_id, LOG_LINES))
+        except FAILURES as exc:
+            shown = Text.assemble(("\nLog: ", "bold"), (str(exc), "yellow"))
+        self.app.call_from_thread(self.log_view.update, shown)
+
+
+def log_text(got: logs.LogTail) -> Text:
+    """A heading saying where the lines come from, then the lines (colours the job wrote kept)."""
+    src = got.source
+    others = (
+        f"; also on {', '.join(n for n in src.nodes if n != src.node)}"
+        if len(src.nodes) > 1
+        else ""
+    )
+    heading = (
+        f"\nLog (gctl logs {src.job_id}): last {len(got.lines)} lines of {src.container}"
+        f" on {src.node}{others}\n"
+    )
+    if not got.lines:
+        return Text.assemble((heading, "bold"), ("(no output yet)", "dim"))
+    return Text.assemble((heading, "bold"), Text.from_ansi("\n".join(got.lines)))
 
 
 class NodeDetailScreen(DetailScreen):

@@ -4,28 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gctl.services.dashboard import Holder, Sample
 from gctl.services.events import EventView
 from gctl.services.nodes import NodeView
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One stored profile sample of a job (``profiles`` table)."""
-
-    at: float
-    util: float
-    memory_mb: int
-    rate: float
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """A job holding a GPU: how it shares it and whether it runs on it now."""
-
-    job_id: int
-    mode: str
-    running: bool
-    gpus_held: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,13 +34,15 @@ class FrameTable(DataTable[Cell]):
     nothing flickers. Rows are memoised by the frame line they come from,
     and only the first :data:`MAX_ROWS` of the filtered, sorted list are
     shown (a table of 10,000 rows takes seconds to fill): filter or sort to
-    see others.
+    see others; :meth:`cap_note` says when rows are left out.
     """
 
     COLUMNS: ClassVar[tuple[tuple[str, str], ...]] = ()
     """(key, label) of each column."""
     DEFAULT_SORT: ClassVar[str] = ""
     MAX_ROWS: ClassVar[int] = 1000
+    NOUN: ClassVar[str] = "rows"
+    """What the rows are, for :meth:`cap_note`."""
 
     def __init__(self, *, id: str | None = None) -> None:
         """An empty table; columns are added on mount."""
@@ -118,6 +120,19 @@ class FrameTable(DataTable[Cell]):
         if keep is not None and keep in new and keys.index(keep) != self.cursor_row:
             self.move_cursor(row=keys.index(keep), animate=False)
 
+    def cap_note(self) -> str | None:
+        """What the cap leaves out, for the status line (None when every row is shown).
+
+        ``jobs: showing 1,000 of 10,000 — / to filter``; with a filter on,
+        ``jobs: showing 1,000 of 2,345 matching — narrow the filter``.
+        """
+        if self.matching <= self.MAX_ROWS:
+            return None
+        shown = f"{self.NOUN}: showing {self.MAX_ROWS:,} of {self.matching:,}"
+        if self.filter_text:
+            return f"{shown} matching — narrow the filter"
+        return f"{shown} — / to filter"
+
     def selected_key(self) -> str | None:
         """The key of the row under the cursor, if any."""
         if not self._keys or not 0 <= self.cursor_row < len(self._keys):
@@ -158,6 +173,7 @@ class NodesTable(FrameTable):
         ("answer", "ANSWER"),
     )
     DEFAULT_SORT = "name"
+    NOUN = "nodes"
 
     def frame_items(self, frame: Frame) -> Sequence[Hashable]:
         """The nodes."""
@@ -237,6 +253,7 @@ class JobsTable(FrameTable):
         ("reason", "REASON"),
     )
     DEFAULT_SORT = "id"
+    NOUN = "jobs"
 
     def frame_items(self, frame: Frame) -> Sequence[Hashable]:
         """The jobs."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
-from watchkit import make_app, pilot_test
+from watchkit import fake_logs, make_app, pilot_test
 
-from gctl.services import db, jobs, nodes
+from gctl.services import db, jobs, logs, nodes
 from gctl.services.db import Store
+from gctl.services.logs import LogTail
 from gctl.watch.app import WatchApp
 from gctl.watch.details import JobDetailScreen, NodeDetailScreen
 from gctl.watch.dialogs import ConfirmScreen, HelpScreen, MigrateScreen, ReasonScreen
@@ -117,6 +119,68 @@ async def test_enter_shows_job_detail_and_esc_goes_back(busy: Store) -> None:
         assert "job 4 is RUNNING" in text  # gctl why's answer
         await pilot.press("escape")
         assert not isinstance(app.screen, JobDetailScreen)
+
+
+def status_line(app: WatchApp) -> str:
+    return str(app.query_one("#status").render())
+
+
+@pilot_test
+async def test_job_detail_shows_the_log_tail_read_once(busy: Store) -> None:
+    reads: list[tuple[int, int]] = []
+
+    def counted(store: Store, job_id: int, lines: int) -> LogTail:
+        reads.append((job_id, lines))
+        return fake_logs(store, job_id, lines)
+
+    app = make_app(busy, read_log=counted)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 6)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, JobDetailScreen)
+        body = str(app.screen.body.render())
+        log = str(app.screen.log_view.render())
+        assert "JobId=6" in body and "job 6 is RUNNING" in body  # the log goes under these
+        assert "Log (gctl logs 6): last 50 lines of gctl-6-0 on n3" in log
+        lines = log.splitlines()
+        assert lines[-1] == "6: step 200/200" and lines[-50] == "6: step 151/200"
+        app.action_refresh()  # the dashboard refreshes: the detail does not read the log again
+        await settle(pilot)
+        assert reads == [(6, 50)]
+
+
+@pilot_test
+async def test_job_detail_says_in_one_line_why_there_is_no_log(busy: Store) -> None:
+    app = make_app(busy, read_log=logs.tail)  # the real service: job 11 never started
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        on_job(app, 11)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, JobDetailScreen)
+        assert "JobId=11" in str(app.screen.body.render())
+        log = str(app.screen.log_view.render()).strip()
+        assert log == "Log: job 11 has not started yet (PENDING): no output so far"
+
+
+@pilot_test
+async def test_status_line_says_when_the_row_cap_hides_rows(
+    busy: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(JobsTable, "MAX_ROWS", 5)
+    app = make_app(busy)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.query_one(JobsTable).row_count == 5
+        assert "jobs: showing 5 of 12 — / to filter" in status_line(app)
+        assert "nodes: showing" not in status_line(app)  # 6 nodes: all shown
+        await pilot.press("slash", *"alice")
+        assert "jobs: showing 5 of 7 matching — narrow the filter" in status_line(app)
+        await pilot.press(*["backspace"] * 5, *"bob")  # 5 jobs: all shown
+        assert app.query_one(JobsTable).row_count == 5
+        assert "showing" not in status_line(app)
 
 
 @pilot_test

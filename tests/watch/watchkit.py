@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from gctl.services import db, events, jobs, nodes, specs
+from gctl.services.logs import LogSource, LogTail, LogUnavailable
 from gctl.store.engine import transaction
 from gctl.store.models import (
     AllocationRow,
@@ -135,7 +136,8 @@ def pin_times(store: db.Store) -> None:
         for table in (EventRow, JobStateRow):
             c = table.__table__.c
             s.execute(update(table).values(at=T - 3600 + c.id * 60))
-        s.execute(update(JobRow).values(submit_time=T - 7200, start_time=T - 3000))
+        s.execute(update(JobRow).values(submit_time=T - 7200))
+        s.execute(update(JobRow).where(JobRow.state != "PENDING").values(start_time=T - 3000))
         s.execute(update(AllocationRow).values(since=T - 3000 + AllocationRow.id))
         s.execute(update(NodeRow).values(reason_time=T - 600, reason_user="root"))
 
@@ -151,9 +153,30 @@ def shown_as(store: db.Store, url: str = "sqlite:///busy.db") -> db.Store:
     return dataclasses.replace(store, url=url)
 
 
-def make_app(store: db.Store, *, readonly: bool = False) -> WatchApp:
-    """The dashboard over ``store`` with a frozen clock and no timed refresh during a test."""
-    return WatchApp(store, interval=3600.0, readonly=readonly, clock=lambda: T)
+def fake_logs(store: db.Store, job_id: int, lines: int) -> LogTail:
+    """A stand-in for ``gctl.services.logs.tail``: the busy store's hosts do not exist.
+
+    Job ``J`` placed on node ``N`` "printed" ``J: step K/200`` for K = 1..200;
+    the last ``lines`` come back, from container ``gctl-J-0`` on ``N``.
+    """
+    where = tuple(dict.fromkeys(node for job, node, *_ in PLACED if job == job_id))
+    if not where:
+        raise LogUnavailable(f"job {job_id} holds no GPUs (fake_logs)")
+    printed = [f"{job_id}: step {k}/200" for k in range(1, 201)]
+    return LogTail(LogSource(job_id, where[0], f"gctl-{job_id}-0", where), tuple(printed[-lines:]))
+
+
+def make_app(
+    store: db.Store,
+    *,
+    readonly: bool = False,
+    read_log: Callable[[db.Store, int, int], LogTail] = fake_logs,
+) -> WatchApp:
+    """The dashboard over ``store`` with a frozen clock and no timed refresh during a test.
+
+    A job's detail reads its log with ``read_log`` (:func:`fake_logs` unless told).
+    """
+    return WatchApp(store, interval=3600.0, readonly=readonly, clock=lambda: T, read_log=read_log)
 
 
 def pilot_test(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:

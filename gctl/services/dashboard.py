@@ -1,0 +1,167 @@
+"""What ``gctl watch`` reads beyond the CLI's listings: GPU sharing, job extras, profile history.
+
+The dashboard lists nodes, jobs and events through the CLI's own services
+(``nodes.views``, ``queue.queue``, ``events.list_events``). The rest it
+shows no command lists for a whole cluster at once: who holds each GPU and
+how (exclusive, packed, time-sliced), each unfinished job's suspend
+mechanism and when it entered its state, and the last profile samples the
+daemon stored for each job on GPUs. :func:`read` takes all of it, with the
+nodes, in one read transaction; :class:`ProfileHistory` keeps the samples
+between reads so each read fetches only the new ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gctl.services import nodes, queue
+from gctl.services.db import Store
+from gctl.services.nodes import NodeView
+from gctl.store.engine import transaction
+from gctl.store.models import AllocationRow, GpuRow, JobRow, JobStateRow, NodeRow, ProfileRow
+
+HISTORY_DEPTH = 30
+"""Profile samples kept per job (and so points in a GPU's sparkline)."""
+
+GpuKey = tuple[str, int]
+"""A GPU as ``(node name, index)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One stored profile sample of a job (``profiles`` table)."""
+
+    at: float
+    util: float
+    memory_mb: int
+    rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A job holding a GPU: how it shares it and whether it runs on it now."""
+
+    job_id: int
+    mode: str
+    running: bool
+    gpus_held: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One read of the cluster for the dashboard."""
+
+    nodes: list[NodeView]
+    """Every node by name, with its GPUs."""
+    placed: dict[GpuKey, list[Holder]]
+    """The jobs on each GPU that has any, oldest allocation first."""
+    where: dict[int, str]
+    """Where each job on GPUs runs, e.g. ``n1:0,1 n2:3``."""
+    mechanism: dict[int, str | None]
+    """Each unfinished job's suspend mechanism (``freeze``, ``checkpoint``), where known."""
+    since: dict[int, float]
+    """When each unfinished job entered its state."""
+    samples: dict[int, tuple[Sample, ...]]
+    """The last samples of each job holding GPUs, oldest first."""
+
+
+class ProfileHistory:
+    """The last :data:`HISTORY_DEPTH` profile samples of each job still holding GPUs."""
+
+    def __init__(self, depth: int = HISTORY_DEPTH) -> None:
+        """Start empty; the first read back-fills from the newest stored samples."""
+        self.depth = depth
+        self._last_id: int | None = None
+        self._by_job: dict[int, deque[Sample]] = {}
+
+    def read(self, s: Session, holding: set[int]) -> dict[int, tuple[Sample, ...]]:
+        """Add the samples stored since the last read; the history of each job in ``holding``."""
+        p = ProfileRow.__table__.c
+        if self._last_id is None:
+            top = s.scalar(select(func.max(p.id))) or 0
+            self._last_id = max(0, top - self.depth * max(1, len(holding)))
+        rows = s.execute(
+            select(p.id, p.job_id, p.at, p.gpu_util, p.memory_mb, p.progress_rate)
+            .where(p.id > self._last_id)
+            .order_by(p.id)
+        ).all()
+        for row_id, job_id, at, util, mem, rate in rows:
+            self._last_id = row_id
+            if job_id in holding:
+                kept = self._by_job.get(job_id)
+                if kept is None:
+                    kept = self._by_job[job_id] = deque(maxlen=self.depth)
+                kept.append(Sample(at, util, mem, rate))
+        for gone in self._by_job.keys() - holding:
+            del self._by_job[gone]
+        return {job: tuple(kept) for job, kept in self._by_job.items()}
+
+
+def read(store: Store, history: ProfileHistory) -> Cluster:
+    """Nodes, GPU holders, job extras and new profile samples, in one read transaction."""
+    with transaction(store.engine, write=False) as s:
+        views = nodes.views(s, nodes.named_rows(s, None), detail=True)
+        placed, where = _allocations(s)
+        mechanism, since = _job_extras(s)
+        samples = history.read(s, {h.job_id for hs in placed.values() for h in hs})
+    return Cluster(views, placed, where, mechanism, since, samples)
+
+
+def _allocations(s: Session) -> tuple[dict[GpuKey, list[Holder]], dict[int, str]]:
+    """Who holds each GPU and how, oldest first; and where each job runs."""
+    alloc, gpu, node, job = (
+        AllocationRow.__table__.c,
+        GpuRow.__table__.c,
+        NodeRow.__table__.c,
+        JobRow.__table__.c,
+    )
+    rows = s.execute(
+        select(node.name, gpu.index, alloc.job_id, alloc.mode, job.state)
+        .select_from(AllocationRow.__table__)
+        .join(GpuRow.__table__, gpu.id == alloc.gpu_id)
+        .join(NodeRow.__table__, node.id == gpu.node_id)
+        .join(JobRow.__table__, job.id == alloc.job_id)
+        .order_by(alloc.since, alloc.id)
+    ).all()
+    held: dict[int, dict[str, list[int]]] = {}
+    for name, index, job_id, _, _ in rows:
+        held.setdefault(job_id, {}).setdefault(name, []).append(index)
+    placed: dict[GpuKey, list[Holder]] = {}
+    for name, index, job_id, mode, state in rows:
+        count = sum(len(v) for v in held[job_id].values())
+        placed.setdefault((name, index), []).append(Holder(job_id, mode, state == "RUNNING", count))
+    where = {
+        job_id: " ".join(
+            f"{name}:{','.join(map(str, sorted(idx)))}" for name, idx in sorted(by_node.items())
+        )
+        for job_id, by_node in held.items()
+    }
+    return placed, where
+
+
+def _job_extras(s: Session) -> tuple[dict[int, str | None], dict[int, float]]:
+    """Each unfinished job's suspend mechanism, and when it entered its state."""
+    job, hist = JobRow.__table__.c, JobStateRow.__table__.c
+    open_states = sorted(set(queue.STATE_CODES) - queue.FINISHED)
+    mechanism: dict[int, str | None] = {
+        job_id: mech
+        for job_id, mech in s.execute(
+            select(job.id, job.mechanism).where(
+                job.state.in_(open_states), job.mechanism.is_not(None)
+            )
+        ).all()
+    }
+    since: dict[int, float] = {
+        job_id: at
+        for job_id, at in s.execute(
+            select(hist.job_id, func.max(hist.at))
+            .join(JobRow.__table__, job.id == hist.job_id)
+            .where(job.state.in_(open_states))
+            .group_by(hist.job_id)
+        ).all()
+    }
+    return mechanism, since

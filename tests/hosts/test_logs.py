@@ -1,0 +1,196 @@
+"""``gctl logs`` end to end on the test hosts: a job's output read over SSH from its container.
+
+The jobs are the test image's training program (``step I/N`` on stdout, a
+failure on stderr), placed by a real daemon running in a thread of the test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testhosts
+from clikit import run
+
+from gctl.core.policy import load_policy
+from gctl.daemon.loop import Daemon, DaemonConfig
+from gctl.daemon.metrics import DaemonMetrics
+from gctl.services import db, jobs, logs, specs
+
+TRAIN = ["python3", "/opt/gctl/train.py"]
+
+
+@pytest.fixture(autouse=True)
+def _leave_hosts_clean(hosts: dict[str, Any]) -> Iterator[None]:
+    """The hosts are shared by the session: sshd back up, every job container removed."""
+    yield
+    for h in testhosts.env()["hosts"]:
+        if not h["ssh_running"]:
+            testhosts.ssh_start(h["name"])
+        found = _docker(h["name"], "ps", "-aq", "--filter", "label=gctl.job").split()
+        if found:
+            _docker(h["name"], "rm", "-f", *found)
+
+
+def _docker(node: str, *argv: str) -> str:
+    """``docker ARGV`` on test host ``node``'s own engine; its stdout."""
+    host = next(h for h in testhosts.env()["hosts"] if h["name"] == node)
+    cmd = ["docker", "-H", host["docker_host"], *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+class Running:
+    """A daemon in a thread (quick ticks, no reconcile after its first) until closed."""
+
+    def __init__(self, store: db.Store, state_dir: Path) -> None:
+        config = DaemonConfig(
+            tick=0.3,
+            introspect_every=600.0,
+            heartbeat_every=0.5,
+            reconcile_every=600.0,  # a container removed by hand stays gone
+            state_dir=state_dir,
+        )
+        self.daemon = Daemon(store, load_policy("gandiva"), config, DaemonMetrics(store))
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.daemon.run(self.stop)
+        except BaseException as exc:  # reported by close
+            self.error = exc
+
+    def close(self) -> None:
+        """Stop the daemon (jobs keep running on their hosts) and report its failure."""
+        self.stop.set()
+        self.thread.join(60)
+        assert self.error is None, self.error
+
+
+@pytest.fixture
+def daemon(host_store: db.Store, tmp_path: Path) -> Iterator[Running]:
+    """A daemon on ``host_store``, stopped after the test if the test did not."""
+    running = Running(host_store, tmp_path / "state")
+    yield running
+    if not running.stop.is_set():
+        running.close()
+
+
+def _submit(store: db.Store, *argv: str) -> int:
+    req = specs.build(image="gctl-test/train:1", command=[*TRAIN, *argv], gpus=1)
+    return jobs.submit(store, [req])[0]
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _state(store: db.Store, job_id: int) -> str:
+    return jobs.show_job(store, job_id).view.state
+
+
+def _node_of(store: db.Store, job_id: int) -> str:
+    return jobs.show_job(store, job_id).allocations[0][0]
+
+
+def test_tail_of_a_running_job(host_store: db.Store, daemon: Running) -> None:
+    job = _submit(host_store, "--steps", "100000", "--step-time", "0.05")
+    _wait("job running", lambda: _state(host_store, job) == "RUNNING")
+    _wait("20 steps of output", lambda: "step 20/100000\n" in run("logs", str(job))[1])
+    gctl = str(Path(sys.executable).with_name("gctl"))  # the command itself: bytes to stdout
+    done = subprocess.run([gctl, "logs", str(job), "--tail", "3"], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    steps = [int(m[1]) for m in map(re.compile(r"step (\d+)/100000").fullmatch, lines) if m]
+    assert len(lines) == 3 and steps[0] >= 20 and steps == list(range(steps[0], steps[0] + 3))
+    follow = subprocess.Popen(
+        [gctl, "logs", str(job), "-f", "-n", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert follow.stdout is not None
+    first, then = follow.stdout.readline(), follow.stdout.readline()  # the second comes live
+    follow.send_signal(signal.SIGINT)  # Ctrl-C ends it quietly, as it ends gctl events -f
+    _, err_bytes = follow.communicate(timeout=30)
+    assert (follow.returncode, err_bytes) == (0, b"")
+    shown = re.fullmatch(rb"step (\d+)/100000\n", first)
+    assert shown is not None and then == f"step {int(shown[1]) + 1}/100000\n".encode()
+    code, out, err = run("logs", str(job), "-n", "2", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    node = _node_of(host_store, job)
+    assert (doc["job_id"], doc["node"], doc["nodes"]) == (job, node, [node])
+    assert doc["container"] == f"gctl-{job}-0" and len(doc["lines"]) == 2
+    assert all(re.fullmatch(r"step \d+/100000", line) for line in doc["lines"])
+    tail = logs.tail(host_store, job, 5)  # what the dashboard's job detail shows
+    assert tail.source.node == node and len(tail.lines) == 5
+
+
+def test_follow_streams_stdout_and_stderr_until_the_job_ends(
+    host_store: db.Store, daemon: Running
+) -> None:
+    job = _submit(host_store, "--steps", "60", "--step-time", "0.1", "--fail-at", "60")
+    _wait("job running", lambda: _state(host_store, job) == "RUNNING")
+    code, out, err = run("logs", str(job), "--follow")  # returns when the container exits
+    assert code == 0, err
+    lines = out.splitlines()
+    # stdout in order; stderr's line beside it (the two are separate pipes: no order between them)
+    assert [line for line in lines if line.startswith("step")] == [
+        f"step {k}/60" for k in range(1, 61)
+    ]
+    assert len(lines) == 61 and "failing at step 60" in lines
+    _wait("job failed", lambda: _state(host_store, job) == "FAILED")
+    code, out, err = run("logs", str(job))
+    assert (code, out) == (1, "")
+    assert err == (
+        f"gctl: error: job {job} is FAILED: its container was removed when it ended,"
+        " and its output with it\n"
+    )
+
+
+def test_unknown_job_and_job_never_started(host_store: db.Store) -> None:
+    code, out, err = run("logs", "99")
+    assert (code, out, err) == (1, "", "gctl: error: unknown job 99\n")
+    job = _submit(host_store)  # no daemon: it stays pending
+    code, out, err = run("logs", str(job), "-f")
+    assert (code, out) == (1, "")
+    assert err == f"gctl: error: job {job} has not started yet (PENDING): no output so far\n"
+    code, _, err = run("logs", str(job), "--json", "-f")
+    assert code == 1 and "cannot --follow" in err
+
+
+def test_node_away_then_container_gone(host_store: db.Store, daemon: Running) -> None:
+    job = _submit(host_store, "--steps", "100000", "--step-time", "0.05")
+    _wait("job running", lambda: _state(host_store, job) == "RUNNING")
+    daemon.close()  # the job runs on without it, and nothing restarts it behind the test
+    node = _node_of(host_store, job)
+    other = ({"h1", "h2"} - {node}).pop()
+    code, _, err = run("logs", str(job), "--node", other)
+    assert code == 1 and err == f"gctl: error: job {job} runs on {node}, not on {other}\n"
+    testhosts.ssh_stop(node)
+    try:
+        code, out, err = run("logs", str(job))
+    finally:
+        testhosts.ssh_start(node)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"gctl: error: job {job}'s output: {node}: cannot reach ")
+    assert err.count("\n") == 1
+    _docker(node, "rm", "-f", f"gctl-{job}-0")
+    code, out, err = run("logs", str(job))
+    assert (code, out) == (1, "")
+    assert err == f"gctl: error: job {job}: its container gctl-{job}-0 is gone from {node}\n"
