@@ -9,6 +9,7 @@ off the hosts' key files.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,28 @@ def hosts() -> Iterator[dict[str, Any]]:
         yield info
     finally:
         testhosts.stop()
+
+
+@pytest.fixture
+def clean_hosts(hosts: dict[str, Any]) -> Iterator[None]:
+    """After the test: every host's sshd back up and every job container removed.
+
+    The hosts are shared by the session; daemon tests use this so the next
+    test starts on empty hosts.
+    """
+    yield
+    for h in testhosts.env()["hosts"]:
+        if not h["ssh_running"]:
+            testhosts.ssh_start(h["name"])
+        docker = ["docker", "-H", h["docker_host"]]
+        found = subprocess.run(
+            [*docker, "ps", "-aq", "--filter", "label=gctl.job"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        if found:
+            subprocess.run([*docker, "rm", "-f", *found], capture_output=True, check=True)
 
 
 def _store(hosts: dict[str, Any], tmp_path: Path, mp: pytest.MonkeyPatch, gpus: str) -> db.Store:

@@ -8,8 +8,6 @@ program, which checkpoints through the job SDK.
 from __future__ import annotations
 
 import itertools
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,68 +16,16 @@ from typing import Any
 import pytest
 import testhosts
 from clikit import run
+from daemonkit import Running
 from sqlalchemy import select
 
-from gctl.core.policy import load_policy
-from gctl.daemon.loop import Daemon, DaemonConfig
-from gctl.daemon.metrics import DaemonMetrics
 from gctl.services import db, jobs, nodes, specs
 from gctl.store.engine import transaction
 from gctl.store.models import EventRow, JobRow, NodeRow
 
+pytestmark = pytest.mark.usefixtures("clean_hosts")
+
 TRAIN = ["python3", "/opt/gctl/train.py"]
-
-
-@pytest.fixture(autouse=True)
-def _leave_hosts_clean(hosts: dict[str, Any]) -> Iterator[None]:
-    """The hosts are shared by the session: sshd back up, every job container removed."""
-    yield
-    for h in testhosts.env()["hosts"]:
-        if not h["ssh_running"]:
-            testhosts.ssh_start(h["name"])
-        docker = ["docker", "-H", h["docker_host"]]
-        found = subprocess.run(
-            [*docker, "ps", "-aq", "--filter", "label=gctl.job"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        if found:
-            subprocess.run([*docker, "rm", "-f", *found], capture_output=True, check=True)
-
-
-class Running:
-    """A daemon running in a thread until the test ends."""
-
-    def __init__(self, store: db.Store, tmp: Path, **config: Any) -> None:
-        options = config.pop("policy_options", {"quantum": 2.0})
-        cfg = {
-            "tick": 0.3,
-            "introspect_every": 1.0,
-            "heartbeat_every": 0.5,
-            "reconcile_every": 2.0,
-            "grace": 10.0,
-            "state_dir": tmp / "state",
-        }
-        cfg.update(config)
-        self.daemon = Daemon(
-            store, load_policy("gandiva", **options), DaemonConfig(**cfg), DaemonMetrics(store)
-        )
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.daemon.run(self.stop)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        assert self.error is None, self.error
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,25 +19,13 @@ from typing import Any
 import pytest
 import testhosts
 from clikit import run
+from daemonkit import Running
 
-from gctl.core.policy import load_policy
-from gctl.daemon.loop import Daemon, DaemonConfig
-from gctl.daemon.metrics import DaemonMetrics
 from gctl.services import db, jobs, logs, specs
 
+pytestmark = pytest.mark.usefixtures("clean_hosts")
+
 TRAIN = ["python3", "/opt/gctl/train.py"]
-
-
-@pytest.fixture(autouse=True)
-def _leave_hosts_clean(hosts: dict[str, Any]) -> Iterator[None]:
-    """The hosts are shared by the session: sshd back up, every job container removed."""
-    yield
-    for h in testhosts.env()["hosts"]:
-        if not h["ssh_running"]:
-            testhosts.ssh_start(h["name"])
-        found = _docker(h["name"], "ps", "-aq", "--filter", "label=gctl.job").split()
-        if found:
-            _docker(h["name"], "rm", "-f", *found)
 
 
 def _docker(node: str, *argv: str) -> str:
@@ -48,40 +35,13 @@ def _docker(node: str, *argv: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
 
-class Running:
-    """A daemon in a thread (quick ticks, no reconcile after its first) until closed."""
-
-    def __init__(self, store: db.Store, state_dir: Path) -> None:
-        config = DaemonConfig(
-            tick=0.3,
-            introspect_every=600.0,
-            heartbeat_every=0.5,
-            reconcile_every=600.0,  # a container removed by hand stays gone
-            state_dir=state_dir,
-        )
-        self.daemon = Daemon(store, load_policy("gandiva"), config, DaemonMetrics(store))
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.daemon.run(self.stop)
-        except BaseException as exc:  # reported by close
-            self.error = exc
-
-    def close(self) -> None:
-        """Stop the daemon (jobs keep running on their hosts) and report its failure."""
-        self.stop.set()
-        self.thread.join(60)
-        assert self.error is None, self.error
-
-
 @pytest.fixture
 def daemon(host_store: db.Store, tmp_path: Path) -> Iterator[Running]:
     """A daemon on ``host_store``, stopped after the test if the test did not."""
-    running = Running(host_store, tmp_path / "state")
+    # Quick ticks, no reconcile after the first: a container removed by hand stays gone.
+    running = Running(
+        host_store, tmp_path, introspect_every=600.0, reconcile_every=600.0, policy_options={}
+    )
     yield running
     if not running.stop.is_set():
         running.close()
