@@ -83,3 +83,44 @@ def test_requeue_keeps_the_job_and_frees_its_gpus() -> None:
     assert state.total_free == 4 and state.nodes["n0"].load == 0
     with pytest.raises(StateError, match="already pending"):
         state.commit([Requeue("a", "again")], 6.0)
+
+
+def test_a_job_smaller_than_a_node_takes_only_the_gpus_it_needs() -> None:
+    state = new_state(8)
+    policy = gandiva(starvation_guard=True, starvation_limit=DAY)
+    for i in range(6):
+        put(state, f"s{i}", "n0", (i,))
+    submit(state, "four", 4, 0.0)  # 2 GPUs free and no node of affinity 4: it cannot share
+    policy.schedule(state, 1.0)
+    assert state.jobs["four"].status is JobStatus.PENDING
+    out = policy.schedule(state, DAY + 1.0)
+    assert [d.job_id for d in out if isinstance(d, Requeue)] == ["s0", "s1"]
+    assert state.jobs["four"].gpus == (("n0", 0), ("n0", 1), ("n0", 6), ("n0", 7))
+    # the displaced jobs time-slice with the others at once, none left waiting
+    assert all(state.jobs[f"s{i}"].status is not JobStatus.PENDING for i in range(6))
+    assert len(state.shared) == 2
+
+
+def test_a_job_the_guard_started_is_never_displaced_for_one_of_its_size() -> None:
+    state = new_state(4, 4, 4)
+    policy = gandiva(starvation_guard=True, starvation_limit=DAY)
+    submit(state, "big1", 8, 0.0)
+    policy.schedule(state, 0.0)
+    assert nodes_of(state, "big1") == {"n0", "n1"}
+    put(state, "s", "n2", (0,))
+    submit(state, "big2", 8, 1.0)
+    policy.schedule(state, 3 * DAY)
+    assert state.jobs["big1"].status is JobStatus.RUNNING
+    assert state.jobs["big2"].status is JobStatus.PENDING  # only n2 holds smaller jobs
+
+
+def test_a_single_gpu_job_never_displaces_anyone() -> None:
+    state = new_state(2)
+    policy = gandiva(starvation_guard=True, starvation_limit=DAY, max_height=1.0)
+    put(state, "a", "n0", (0,))
+    put(state, "b", "n0", (1,))
+    submit(state, "c", 1, 0.0)
+    policy.schedule(state, 0.0)
+    out = policy.schedule(state, 3 * DAY)
+    assert not any(isinstance(d, Requeue) for d in out)
+    assert state.jobs["c"].status is JobStatus.PENDING

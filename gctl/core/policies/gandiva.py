@@ -2,8 +2,9 @@
 
 Reactive (:meth:`GandivaPolicy.schedule`, on every submit, finish or node
 change): hand freed time slices on, shrink elastic jobs when queued work
-needs GPUs, empty whole nodes for a job starving past the limit
-(:mod:`gctl.core.starvation`, off by default), place pending jobs by Algorithm 1 (high
+needs GPUs, make room (requeuing smaller jobs) for a job that cannot
+time-slice and starves past the limit (:mod:`gctl.core.starvation`, off by
+default), place pending jobs by Algorithm 1 (high
 priority first, then in arrival order), then move time-sliced jobs onto GPUs
 that came free. The starvation check also runs every quantum, so a quiet
 cluster does not leave a starving job waiting for the next event.
@@ -115,7 +116,7 @@ class GandivaPolicy:
         return out
 
     def _unstarve(self, state: ClusterState, now: float) -> list[Decision]:
-        """Empty whole nodes for the first job that waited past the starvation limit."""
+        """Make room for the first job that cannot time-slice and waited past the limit."""
         if not self.config.starvation_guard or not state.pending:
             return []
         starved = starvation.starving(state, now, self.config.starvation_limit)
