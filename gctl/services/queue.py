@@ -180,7 +180,8 @@ def listing(
         sql += f' AND "user" IN ({reader.marks(len(users))})'
         params += sorted(users)
     if nodes:
-        sql += f" AND id IN (SELECT a.job_id {_ALLOCATED} WHERE n.name IN ({reader.marks(len(nodes))}))"
+        on_nodes = f"SELECT a.job_id {_ALLOCATED} WHERE n.name IN ({reader.marks(len(nodes))})"
+        sql += f" AND id IN ({on_nodes})"
         params += sorted(nodes)
     # The driver's own tuples, not SQLAlchemy rows or objects: for 100,000
     # jobs anything more per row costs more than the query itself.
