@@ -76,6 +76,6 @@ def test_loading_builtin_policies_stays_pure() -> None:
 
 
 def test_the_check_catches_an_impure_import() -> None:
-    """The detector itself works: importing the CLI does load typer and SQLAlchemy."""
-    mods = _modules_after_import("gctl.cli.main")
+    """The detector itself works: importing the CLI and the store loads typer and SQLAlchemy."""
+    mods = _modules_after_import("gctl.cli.main", "import gctl.services.db")
     assert {"typer", "sqlalchemy"} <= {m.split(".")[0] for m in mods}

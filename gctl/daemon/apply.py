@@ -19,11 +19,25 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import groupby
+from operator import itemgetter
+from typing import Any, cast
 
-from sqlalchemy import Double, Update, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Double,
+    Insert,
+    Update,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.decisions import (
@@ -41,17 +55,25 @@ from gctl.core.decisions import (
 )
 from gctl.core.model import GpuRef
 from gctl.daemon import moves
-from gctl.daemon.site import Site, job_gpus, job_nodes
+from gctl.daemon.site import Launch, Site, job_gpus, job_nodes, launches
 from gctl.gcpause import gc_paused
 from gctl.hosts.ssh import HostError
 from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, JobRow, JobStateRow, NodeRow, now
+from gctl.store.models import (
+    AllocationRow,
+    EventRow,
+    GpuRow,
+    JobRow,
+    JobStateRow,
+    NodeRow,
+    now,
+)
 from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
 
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
-BATCH = 500
+BATCH = 2000
 """Decisions recorded per transaction."""
 RECORD_EVERY = 1.0
 """Seconds of host actions after which a batch records what it did before going on."""
@@ -86,17 +108,12 @@ class Applier:
         whichever comes first; moves and thaws are carried out one at a time.
         """
         out = Applied()
-        batch: list[Batched] = []
-        for d in decisions:
-            if isinstance(d, Place | Queue | Suspend | Unpack):
-                batch.append(d)
-                if len(batch) < BATCH:
-                    continue
-            self._batch(batch, out)
-            batch = []
-            if not isinstance(d, Place | Queue | Suspend | Unpack):
-                self._timed(d, out)
-        self._batch(batch, out)
+        for batched, run in groupby(decisions, key=lambda d: isinstance(d, Batched)):
+            if batched:
+                self._batches(cast(list[Batched], list(run)), out)
+            else:
+                for d in run:
+                    self._timed(d, out)
         return out
 
     def _timed(self, d: Decision, out: Applied) -> None:
@@ -110,30 +127,37 @@ class Applier:
             out.done.append(d)
         self.observe(type(d).__name__.lower(), now() - started)
 
-    def _rows(self, s: Session, batch: list[Batched]) -> dict[int, JobRow]:
-        ids = {self.snap.job_ids[d.job_id] for d in batch}
-        return {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
-
     def _node_rows(self, s: Session) -> dict[str, NodeRow]:
-        """Every node with its GPUs, read once per applier (placements look them up)."""
+        """Every node with its GPUs, for placements: read once per run of batched decisions.
+
+        The GPUs' NVLink topology, which starting a container never needs,
+        is left unread: decoded, it would be most of what this reads.
+        """
         if self._nodes is None:
-            query = select(NodeRow).options(selectinload(NodeRow.gpus))
-            self._nodes = {n.name: n for n in s.scalars(query)}
+            gpus = selectinload(NodeRow.gpus).defer(GpuRow.nvlink_peers, raiseload=True)
+            self._nodes = {n.name: n for n in s.scalars(select(NodeRow).options(gpus))}
         return self._nodes
 
-    def _batch(self, batch: list[Batched], out: Applied) -> None:
-        """Act on the hosts (no write lock held), then record the whole batch in one go.
+    def _batches(self, run: list[Batched], out: Applied) -> None:
+        """Carry out a run of batched decisions, :data:`BATCH` at a time (see :meth:`_act`).
 
-        The cyclic garbage collector waits meanwhile: the batch's many rows
-        and records are acyclic and gone by its end, and the collector's
-        passes would walk the whole cluster state for nothing.
+        Each batch acts on the hosts (no write lock held), then is recorded
+        in one go. The cyclic garbage collector waits through the whole run:
+        the batches' many rows and records are acyclic and gone by their
+        end, and the collector's passes would walk the whole cluster state
+        for nothing, as often as every batch. The node rows are dropped at
+        the end of the run, before the collector resumes: kept, their ORM
+        objects (about ten per row) would be walked by its next passes.
         """
-        while batch:
-            with gc_paused():
-                started, batch = self._act(batch, out)
-                self._record([d for d, _ in started], out)
-            for d, at in started:
-                self.observe(type(d).__name__.lower(), now() - at)
+        with gc_paused():
+            for first in range(0, len(run), BATCH):
+                batch = run[first : first + BATCH]
+                while batch:
+                    started, batch = self._act(batch, out)
+                    self._record([d for d, _ in started], out)
+                    for d, at in started:
+                        self.observe(type(d).__name__.lower(), now() - at)
+            self._nodes = None
 
     def _act(
         self, batch: list[Batched], out: Applied
@@ -145,21 +169,23 @@ class Applier:
         """
         started: list[tuple[Batched, float]] = []
         begun = now()
+        ids = self.snap.job_ids
         with transaction(self.site.store.engine, write=False) as s:
-            rows = self._rows(s, batch)
+            placing = launches(s, {ids[d.job_id] for d in batch if isinstance(d, Place)})
+            attempts = _attempts(s, {ids[d.job_id] for d in batch if not isinstance(d, Place)})
             for i, d in enumerate(batch):
                 at = now()
                 if at - begun >= RECORD_EVERY:
                     return started, batch[i:]
-                row = rows.get(self.snap.job_ids[d.job_id])
+                row_id = ids[d.job_id]
                 try:
-                    if row is None:
+                    if row_id not in (placing if isinstance(d, Place) else attempts):
                         raise HostError("-", f"job {d.job_id} removed from the store")
                     if isinstance(d, Place):
-                        self.site.start(s, row, d.gpus, nodes=self._node_rows(s))
+                        self.site.start(s, placing[row_id], d.gpus, nodes=self._node_rows(s))
                         self._placed[d.job_id] = d.gpus
                     elif isinstance(d, Suspend | Unpack):
-                        self._pause(s, row, d.job_id)
+                        self._pause(s, d.job_id, row_id, attempts[row_id])
                 except HostError as exc:
                     self._refused(d, str(exc))
                     out.failed.append((d, str(exc)))
@@ -182,18 +208,20 @@ class Applier:
         Placing a job into a group changes the mode of the jobs already there.
         """
         state = self.snap.state
-        want = {
-            self.snap.job_ids[j]: state.mode_of(j).value
-            for j, js in state.jobs.items()
-            if js.gpus and j in self.snap.job_ids
-        }
-        with transaction(self.site.store.engine, write=True) as s, gc_paused():
-            found = s.execute(select(AllocationRow.id, AllocationRow.job_id, AllocationRow.mode))
+        with gc_paused(), transaction(self.site.store.engine, write=True) as s:
+            want = {
+                self.snap.job_ids[j]: state.mode_of(j).value
+                for j, js in state.jobs.items()
+                if js.gpus and j in self.snap.job_ids
+            }
+            conn = s.connection()
+            found = conn.execute(select(AllocationRow.id, AllocationRow.job_id, AllocationRow.mode))
             changed = [
-                {"id": a, "mode": want[j]} for a, j, mode in found if want.get(j, mode) != mode
+                {"row_id": a, "new_mode": want[j]}
+                for a, j, mode in found
+                if want.get(j, mode) != mode
             ]
-            if changed:
-                s.execute(update(AllocationRow), changed)
+            _executemany(conn, _SET_MODE, changed)
 
     def _row(self, s: Session, job_id: str) -> JobRow:
         row = s.get(JobRow, self.snap.job_ids[job_id])
@@ -219,16 +247,16 @@ class Applier:
         with transaction(self.site.store.engine, write=False) as s:
             return job_gpus(s, self.snap.job_ids[job_id]) == sorted(gpus)
 
-    def _pause(self, s: Session, row: JobRow, job_id: str) -> None:
+    def _pause(self, s: Session, job_id: str, row_id: int, attempt: int) -> None:
         """Freeze the job's running containers (it may have been placed in this very batch)."""
         if job_id in self._placed:
             rows = self._node_rows(s)
             nodes = [rows[n] for n in sorted({n for n, _ in self._placed[job_id]}) if n in rows]
         else:
-            nodes = job_nodes(s, row.id)
+            nodes = job_nodes(s, row_id)
         for node in nodes:
             engine = self.site.engine(node)
-            for c in self.site.containers(node, row.id, row.attempt):
+            for c in self.site.containers(node, row_id, attempt):
                 if c.running and not c.paused:
                     engine.pause(c.id)
 
@@ -244,7 +272,7 @@ class Applier:
         else:
             self.site.kill(nodes, row.id)
             row.attempt += 1
-            self.site.start(s, row, job_gpus(s, row.id))
+            self.site.start(s, Launch.of(row), job_gpus(s, row.id))
         set_state(s, row, "RUNNING", d.reason)
         if isinstance(d, Pack):
             with_ = [self.snap.job_ids[j] for j in d.with_jobs if j in self.snap.job_ids]
@@ -289,16 +317,17 @@ class _Records:
     The same rows :func:`gctl.services.jobs.set_state` and
     :func:`gctl.services.events.record` write one at a time: each job's new
     state and reason, its history, its allocations and an event per decision,
-    all stamped with the batch's time.
+    all stamped with the batch's time (and the events with the daemon's user).
     """
 
     def __init__(self, snap: Snapshot, at: float) -> None:
         self.snap = snap
         self.at = at
+        self.user = events.current_user()
         self.updates: dict[int, dict[str, Any]] = {}
         self.allocations: list[dict[str, Any]] = []
         self.history: list[dict[str, Any]] = []
-        self.events: list[events.NewEvent] = []
+        self.events: list[dict[str, Any]] = []
 
     def add(self, d: Batched) -> None:
         """Gather what ``d`` writes; a later decision on the same job overrides an earlier."""
@@ -312,19 +341,16 @@ class _Records:
                 {"job_id": job, "gpu_id": ids[ref], "mode": d.mode.value, "since": self.at}
                 for ref in d.gpus
             ]
-            self._job(job, started_at=self.at)
+            self._job(job, started_at=self.at, new_mechanism=MECHANISM_FREEZE)
             self._state(job, "RUNNING", d.reason)
-            text = f"job {job} on {to}: {d.reason}"
-            self.events.append(events.NewEvent("job.place", text, job_id=job, data={"to": to}))
+            self._event(job, "job.place", f"job {job} on {to}: {d.reason}", {"to": to})
             return
         self._state(job, "SUSPENDED", d.reason)
-        self.events.append(
-            events.NewEvent(
-                "job.unpack" if isinstance(d, Unpack) else "job.suspend",
-                f"job {job} suspended (freeze): {d.reason}",
-                job_id=job,
-                data={"mechanism": "freeze"},
-            )
+        self._event(
+            job,
+            "job.unpack" if isinstance(d, Unpack) else "job.suspend",
+            f"job {job} suspended (freeze): {d.reason}",
+            {"mechanism": "freeze"},
         )
 
     def _job(self, job: int, **values: Any) -> None:
@@ -334,6 +360,19 @@ class _Records:
         self._job(job, new_state=state, new_reason=reason)
         self.history.append({"job_id": job, "state": state, "at": self.at, "reason": reason})
 
+    def _event(self, job: int, kind: str, message: str, data: dict[str, Any]) -> None:
+        self.events.append(
+            {
+                "at": self.at,
+                "user": self.user,
+                "kind": kind,
+                "job_id": job,
+                "node": None,
+                "message": message,
+                "data": json.dumps(data),  # as Core's JSON type writes it
+            }
+        )
+
     def write(self, s: Session) -> None:
         """Write everything gathered in the caller's transaction, a statement per table."""
         conn = s.connection()
@@ -341,19 +380,33 @@ class _Records:
         for job, values in self.updates.items():
             by_keys.setdefault(tuple(sorted(values)), []).append({"row_id": job, **values})
         for keys, params in by_keys.items():
-            conn.execute(_job_update(keys), params)
-        if self.allocations:
-            conn.execute(insert(AllocationRow), self.allocations)
-        if self.history:
-            conn.execute(insert(JobStateRow), self.history)
-        events.record_many(s, self.events, at=self.at)
+            _executemany(conn, _job_update(keys), params)
+        _executemany(conn, insert(AllocationRow), self.allocations)
+        _executemany(conn, insert(JobStateRow), self.history)
+        _executemany(conn, insert(EventRow), self.events)
+
+
+def _attempts(s: Session, ids: Collection[int]) -> dict[int, int]:
+    """The current attempt of each job of ``ids`` still in the store, by id."""
+    if not ids:
+        return {}
+    query = select(JobRow.id, JobRow.attempt).where(JobRow.id.in_(ids))
+    return {row_id: attempt for row_id, attempt in s.connection().execute(query)}
+
+
+_SET_MODE = (
+    update(AllocationRow)
+    .where(AllocationRow.id == bindparam("row_id"))
+    .values(mode=bindparam("new_mode"))
+)
+"""The UPDATE of one allocation's (``row_id``) sharing mode."""
 
 
 def _job_update(keys: tuple[str, ...]) -> Update:
     """An UPDATE of one job (``row_id``) setting the columns its parameter ``keys`` name.
 
-    ``started_at`` is a placement: the job's first start time and its
-    mechanism are set unless already known.
+    A placement's ``started_at`` and ``new_mechanism``, the job's first start
+    time and how it is switched, are set unless already known.
     """
     values: dict[Any, Any] = {}
     if "new_state" in keys:
@@ -364,5 +417,33 @@ def _job_update(keys: tuple[str, ...]) -> Update:
         values[JobRow.start_time] = func.coalesce(
             JobRow.start_time, bindparam("started_at", type_=Double())
         )
-        values[JobRow.mechanism] = func.coalesce(JobRow.mechanism, MECHANISM_FREEZE)
+    if "new_mechanism" in keys:
+        values[JobRow.mechanism] = func.coalesce(JobRow.mechanism, bindparam("new_mechanism"))
     return update(JobRow).where(JobRow.id == bindparam("row_id")).values(values)
+
+
+def _executemany(conn: Connection, stmt: Insert | Update, rows: Sequence[dict[str, Any]]) -> None:
+    """``conn.execute(stmt, rows)`` as one DB-API ``executemany``, without Core's work per row.
+
+    Core builds, checks and converts a parameter set per row, which for a
+    batch's thousands of rows costs more than the statement itself. Here the
+    statement is compiled once for the connection's dialect and the rows go
+    to the driver as they are: by name to a driver with named parameters
+    (psycopg), as tuples in the compiled order to a positional one
+    (SQLite). So every value must be one the driver takes unconverted:
+    ints, floats, strings, None, and a JSON column's value as its text
+    (``json.dumps``, Core's default serialiser). Every row names the same
+    parameters; the statement's columns must have no Python-side default
+    missing from them.
+    """
+    if not rows:
+        return
+    compiled = stmt.compile(dialect=conn.dialect, column_keys=list(rows[0]), for_executemany=True)
+    if compiled.insert_prefetch or compiled.update_prefetch:
+        raise ValueError(f"{compiled.string}: a column with a Python-side default is not given")
+    params: Sequence[Any] = rows
+    if compiled.positional:
+        names = compiled.positiontup or []
+        get = itemgetter(*names)
+        params = [get(r) for r in rows] if len(names) > 1 else [(get(r),) for r in rows]
+    conn.exec_driver_sql(compiled.string, params)

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.model import GpuRef
 from gctl.daemon import jobfiles
-from gctl.daemon.site import Site, job_gpus
+from gctl.daemon.site import Launch, Site, job_gpus
 from gctl.hosts.ssh import HostError
 from gctl.services import events, hostops
 from gctl.services.jobs import set_state
@@ -131,7 +131,7 @@ def finish(site: Site, job_id: int) -> str:
             row = s.get(JobRow, job_id)
             assert row is not None
             row.attempt = new
-            site.start(s, row, [tuple(g) for g in op["dst"]])
+            site.start(s, Launch.of(row), [tuple(g) for g in op["dst"]])
     except HostError as exc:
         return _requeue_instead(site, job_id, op, str(exc))
     return _done(site, job_id, op, "restarted from its checkpoint")

@@ -17,6 +17,7 @@ from gctl.core.policy import Policy
 from gctl.daemon import jobfiles
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.site import Site
+from gctl.gcpause import gc_paused
 from gctl.hosts.engine import ContainerState
 from gctl.hosts.ssh import HostError, fan_out
 from gctl.services import events, hostops
@@ -192,13 +193,19 @@ def decide_and_apply(
 
 
 def reactive_pass(site: Site, policy: Policy, now: float, observe: Observe) -> Applied:
-    """Finish what exited, requeue jobs of down nodes, then let the policy place and queue."""
+    """Finish what exited, requeue jobs of down nodes, then let the policy place and queue.
+
+    The cyclic garbage collector waits from the store read to the last
+    record: the pass builds the cluster state and a decision per job, all
+    acyclic and gone by its end, and a collection during it walks them all.
+    """
     finish_exited(site)
-    snap = read(site.store.engine, now=now)
-    requeued: list[Decision] = [
-        Requeue(j, "its node is down; requeued from its last checkpoint") for j in snap.requeued
-    ]
-    return decide_and_apply(site, snap, requeued + policy.schedule(snap.state, now), observe)
+    with gc_paused():
+        snap = read(site.store.engine, now=now)
+        requeued: list[Decision] = [
+            Requeue(j, "its node is down; requeued from its last checkpoint") for j in snap.requeued
+        ]
+        return decide_and_apply(site, snap, requeued + policy.schedule(snap.state, now), observe)
 
 
 def introspective_pass(site: Site, policy: Policy, now: float, observe: Observe) -> Applied:

@@ -27,7 +27,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gctl.daemon import moves
-from gctl.daemon.site import Site, job_gpus, job_nodes
+from gctl.daemon.site import Launch, Site, job_gpus, job_nodes
 from gctl.hosts.engine import ContainerState, Engine
 from gctl.hosts.ssh import HostError, fan_out
 from gctl.services import events, hostops
@@ -148,7 +148,7 @@ def _restart(site: Site, s: Session, row: JobRow) -> bool:
     try:
         site.kill(job_nodes(s, row.id), row.id)
         row.attempt += 1
-        site.start(s, row, job_gpus(s, row.id))
+        site.start(s, Launch.of(row), job_gpus(s, row.id))
     except HostError as exc:
         row.reason = f"restart failed: {exc}"
         return False

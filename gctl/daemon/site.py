@@ -8,8 +8,9 @@ moves its job directory, for the modules that carry out decisions
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -39,6 +40,38 @@ class Stopped:
     def clean(self) -> bool:
         """Every container answered and exited 0."""
         return not self.unreachable and all(c == 0 for c in self.exit_codes)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """What starting a job's current attempt needs from its row (the JobRow fields of that name).
+
+    ``command``, ``env`` and ``mounts`` are the stored JSON values as read.
+    """
+
+    id: int
+    attempt: int
+    image: str
+    command: list[Any]
+    env: dict[str, Any]
+    mounts: list[Any]
+    gpu_mem_mb: int | None
+
+    @classmethod
+    def of(cls, row: JobRow) -> Launch:
+        """The launch record of a loaded row, as it stands (its attempt included)."""
+        return cls(*(getattr(row, f.name) for f in fields(cls)))
+
+
+_LAUNCH_COLUMNS = tuple(getattr(JobRow, f.name) for f in fields(Launch))
+
+
+def launches(s: Session, ids: Collection[int]) -> dict[int, Launch]:
+    """The launch records of the jobs ``ids`` still in the store, by id (one query, no ORM)."""
+    if not ids:
+        return {}
+    query = select(*_LAUNCH_COLUMNS).where(JobRow.id.in_(ids))
+    return {r[0]: Launch(*r) for r in s.connection().execute(query)}
 
 
 class Site:
@@ -75,7 +108,7 @@ class Site:
     def start(
         self,
         s: Session,
-        row: JobRow,
+        job: Launch,
         refs: Iterable[GpuRef],
         *,
         nodes: Mapping[str, NodeRow] | None = None,
@@ -98,25 +131,25 @@ class Site:
             if node is None:
                 raise HostError(name, "node removed from the store")
             gpus = [g for g in node.gpus if g.index in indices]
-            if row.attempt > 0:
-                self.restore(node, row.id)
+            if job.attempt > 0:
+                self.restore(node, job.id)
             self.engine(node).start(
                 ContainerSpec(
-                    job_id=row.id,
-                    attempt=row.attempt,
+                    job_id=job.id,
+                    attempt=job.attempt,
                     node=name,
-                    image=row.image,
-                    command=tuple(row.command),
+                    image=job.image,
+                    command=tuple(job.command),
                     gpu_indices=tuple(sorted(indices)),
                     gpu_uuids=tuple(g.uuid or f"GPU-{name}-{g.index}" for g in gpus),
-                    job_dir=hostops.job_dir(node, row.id),
+                    job_dir=hostops.job_dir(node, job.id),
                     emulated=node.emulated,
-                    env=dict(row.env),
-                    mounts=tuple(Mount(**m) for m in row.mounts),
+                    env=dict(job.env),
+                    mounts=tuple(Mount(**m) for m in job.mounts),
                     cpuset=hostops.cpuset(gpus),
-                    gpu_mem_mb=row.gpu_mem_mb,
+                    gpu_mem_mb=job.gpu_mem_mb,
                     emulated_dir=hostops.emulated_gpu_dir(node),
-                    fresh=row.attempt == 0,  # ids restart with a new store: no older job's files
+                    fresh=job.attempt == 0,  # ids restart with a new store: no older job's files
                 )
             )
 

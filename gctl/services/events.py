@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gctl.services.db import Store
@@ -42,44 +41,6 @@ def record(
             message=message,
             data=data or {},
         )
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class NewEvent:
-    """One event to record with :func:`record_many`."""
-
-    kind: str
-    message: str
-    job_id: int | None = None
-    node: str | None = None
-    data: dict[str, Any] | None = None
-
-
-def record_many(
-    session: Session, new: Sequence[NewEvent], *, at: float, user: str | None = None
-) -> None:
-    """Append ``new`` in order in the caller's transaction, in one statement, all at ``at``.
-
-    The statement runs at once, not at the session's next flush.
-    """
-    if not new:
-        return
-    who = user or current_user()
-    session.connection().execute(
-        insert(EventRow),
-        [
-            {
-                "at": at,
-                "user": who,
-                "kind": e.kind,
-                "job_id": e.job_id,
-                "node": e.node,
-                "message": e.message,
-                "data": e.data or {},
-            }
-            for e in new
-        ],
     )
 
 

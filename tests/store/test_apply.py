@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from sitekit import NoContainerSite
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from storekit import node, on_gpus, req
 
@@ -24,6 +24,7 @@ from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.daemon import apply
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.jobfiles import Mirror
+from gctl.daemon.site import Launch
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import db, events, jobs
 from gctl.store.engine import transaction
@@ -42,15 +43,15 @@ class QuietSite(NoContainerSite):
     def start(
         self,
         s: Session,
-        row: JobRow,
+        job: Launch,
         refs: Iterable[GpuRef],
         *,
         nodes: Mapping[str, NodeRow] | None = None,
     ) -> None:
         """Record the start, or refuse it for a job in ``refuse``."""
-        if row.id in self.refuse:
-            raise HostError("a2", f"no room for job {row.id}")
-        self.started.append(row.id)
+        if job.id in self.refuse:
+            raise HostError("a2", f"no room for job {job.id}")
+        self.started.append(job.id)
 
 
 def _apply(
@@ -200,3 +201,30 @@ def test_a_policy_pass_over_many_batches_records_every_decision(
             kinds = [k for k, _, _ in _events(s, j)]
             assert kinds == ["job.place"] + (["job.suspend"] if want == "SUSPENDED" else [])
         assert {m for m in s.scalars(select(AllocationRow.mode))} >= {"time-sliced"}
+
+
+def test_decisions_on_jobs_removed_since_the_snapshot_are_refused(
+    store: db.Store, tmp_path: Path
+) -> None:
+    """A job gone from the store is refused whatever the decision; the others are recorded."""
+    node(store, "a1")
+    a, b, c, d = jobs.submit(store, [req(1)] * 4)
+    on_gpus(store, d, "a1", [3], since=100.0)
+    snap = read(store.engine, now=time.time())
+    with transaction(store.engine, write=True) as s:
+        s.execute(delete(JobRow).where(JobRow.id.in_([b, c, d])))
+    decide: list[Decision] = [
+        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Place(str(b), (("a1", 1),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Queue(str(c), "waiting for 1 GPU"),
+        Suspend(str(d), "time slice over"),
+    ]
+    with Pool() as pool:
+        site = QuietSite(store, pool, Mirror(tmp_path / "mirror"))
+        applied = Applier(site, snap, lambda kind, seconds: None).apply(decide)
+    assert applied.done == decide[:1] and site.started == [a]
+    gone = [(x.job_id, why) for x, why in applied.failed]
+    assert gone == [(str(j), f"-: job {j} removed from the store") for j in (b, c, d)]
+    with transaction(store.engine, write=False) as s:
+        assert s.scalars(select(JobRow.id)).all() == [a]
+        assert _gpus(s, a) == [("a1", 0, "exclusive")]

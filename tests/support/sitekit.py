@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 
 from gctl.core.model import GpuRef
 from gctl.daemon.jobfiles import Report
-from gctl.daemon.site import Site, Stopped
+from gctl.daemon.site import Launch, Site, Stopped
 from gctl.hosts.engine import ContainerState, Engine
-from gctl.store.models import JobRow, NodeRow
+from gctl.store.models import NodeRow
 
 
 class _NoEngine:
@@ -45,7 +45,7 @@ class NoContainerSite(Site):
     def start(
         self,
         s: Session,
-        row: JobRow,
+        job: Launch,
         refs: Iterable[GpuRef],
         *,
         nodes: Mapping[str, NodeRow] | None = None,
