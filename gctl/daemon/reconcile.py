@@ -127,7 +127,10 @@ def _adopt(s: Session, node: NodeRow, row: JobRow, c: ContainerState) -> bool:
     indices = c.gpu_indices
     if len(indices) != row.gpus:
         return False  # a part of a job spanning nodes: removed and placed again instead
-    gpus = [g for g in node.gpus if g.index in indices]
+    # ``node`` was read in an earlier session: its GPUs are read in this one.
+    gpus = s.scalars(
+        select(GpuRow).where(GpuRow.node_id == node.id, GpuRow.index.in_(indices))
+    ).all()
     taken = s.scalar(
         select(AllocationRow.id).where(AllocationRow.gpu_id.in_([g.id for g in gpus])).limit(1)
     )
