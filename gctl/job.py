@@ -77,7 +77,7 @@ class Run:
         self.checkpoint_dir = self.dir / CHECKPOINT_DIR
         self.checkpoint_dir.mkdir(exist_ok=True)
         self._report_every = report_every
-        self._last_report = 0.0
+        self._last_report = float("-inf")  # the first step is reported, whatever the clock
         self._recent: deque[float] = deque(maxlen=11)
         self._asked_checkpoint = False
         self._asked_exit = False
