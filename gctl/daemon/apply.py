@@ -20,8 +20,9 @@ them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import groupby
 from operator import itemgetter
 from typing import Any, cast
@@ -54,7 +55,7 @@ from gctl.core.decisions import (
     Unpack,
 )
 from gctl.core.model import GpuRef
-from gctl.daemon import moves
+from gctl.daemon import lanes, moves
 from gctl.daemon.site import Launch, Site, job_gpus, job_nodes, launches
 from gctl.gcpause import gc_paused
 from gctl.hosts.ssh import HostError
@@ -75,8 +76,10 @@ from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
 BATCH = 2000
 """Decisions recorded per transaction."""
-RECORD_EVERY = 1.0
-"""Seconds of host actions after which a batch records what it did before going on."""
+RECORD_EVERY = 0.25
+"""Seconds of host actions after which a batch records what it did, while the rest go on."""
+PARALLEL = 32
+"""Lanes of host actions carried out at once (see :mod:`gctl.daemon.lanes`)."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 
@@ -103,9 +106,10 @@ class Applier:
         """Carry out ``decisions`` in order; a refused one is reported, the rest go on.
 
         Runs of placements, queue reasons and freezes are carried out on the
-        hosts one by one and recorded together, one transaction per
-        :data:`BATCH` or per :data:`RECORD_EVERY` seconds of host actions,
-        whichever comes first; moves and thaws are carried out one at a time.
+        hosts in parallel lanes (in order for each job) and recorded
+        together, a transaction every :data:`RECORD_EVERY` seconds and at
+        least one per :data:`BATCH` decisions; moves and thaws are carried
+        out one at a time.
         """
         out = Applied()
         for batched, run in groupby(decisions, key=lambda d: isinstance(d, Batched)):
@@ -141,57 +145,70 @@ class Applier:
     def _batches(self, run: list[Batched], out: Applied) -> None:
         """Carry out a run of batched decisions, :data:`BATCH` at a time (see :meth:`_act`).
 
-        Each batch acts on the hosts (no write lock held), then is recorded
-        in one go. The cyclic garbage collector waits through the whole run:
-        the batches' many rows and records are acyclic and gone by their
-        end, and the collector's passes would walk the whole cluster state
-        for nothing, as often as every batch. The node rows are dropped at
-        the end of the run, before the collector resumes: kept, their ORM
-        objects (about ten per row) would be walked by its next passes.
+        Each batch acts on the hosts (no write lock held), recording what
+        has been carried out every :data:`RECORD_EVERY` seconds. The cyclic
+        garbage collector waits through the whole run: the batches' many
+        rows and records are acyclic and gone by their end, and the
+        collector's passes would walk the whole cluster state for nothing,
+        as often as every batch. The node rows are dropped at the end of the
+        run, before the collector resumes: kept, their ORM objects (about ten
+        per row) would be walked by its next passes.
         """
         with gc_paused():
             for first in range(0, len(run), BATCH):
-                batch = run[first : first + BATCH]
-                while batch:
-                    started, batch = self._act(batch, out)
-                    self._record([d for d, _ in started], out)
-                    for d, at in started:
-                        self.observe(type(d).__name__.lower(), now() - at)
+                for done in self._act(run[first : first + BATCH]):
+                    carried = [step for step in done if step.error is None]
+                    for step in done:
+                        if step.error is not None:
+                            self._placed.pop(step.item.job_id, None)
+                            self._refused(step.item, str(step.error))
+                            out.failed.append((step.item, str(step.error)))
+                    self._record([step.item for step in carried], out)
+                    for step in carried:
+                        self.observe(type(step.item).__name__.lower(), now() - step.began)
             self._nodes = None
 
-    def _act(
-        self, batch: list[Batched], out: Applied
-    ) -> tuple[list[tuple[Batched, float]], list[Batched]]:
-        """Carry out the batch's host actions for up to :data:`RECORD_EVERY` seconds.
+    def _act(self, batch: list[Batched]) -> Iterator[list[lanes.Done[Batched]]]:
+        """Carry out the batch's host actions in parallel lanes (:mod:`gctl.daemon.lanes`).
 
-        Returns the decisions carried out, with when each began, and those
-        left for the next round, so that what has started is recorded soon.
+        Everything the actions need is read from the store first; then the
+        containers start and freeze, several at a time, and what is done is
+        handed back every :data:`RECORD_EVERY` seconds to be recorded while
+        the rest goes on.
         """
-        started: list[tuple[Batched, float]] = []
-        begun = now()
         ids = self.snap.job_ids
+        steps: list[lanes.Step[Batched]] = []
         with transaction(self.site.store.engine, write=False) as s:
             placing = launches(s, {ids[d.job_id] for d in batch if isinstance(d, Place)})
             attempts = _attempts(s, {ids[d.job_id] for d in batch if not isinstance(d, Place)})
-            for i, d in enumerate(batch):
-                at = now()
-                if at - begun >= RECORD_EVERY:
-                    return started, batch[i:]
-                row_id = ids[d.job_id]
-                try:
-                    if row_id not in (placing if isinstance(d, Place) else attempts):
-                        raise HostError("-", f"job {d.job_id} removed from the store")
-                    if isinstance(d, Place):
-                        self.site.start(s, placing[row_id], d.gpus, nodes=self._node_rows(s))
-                        self._placed[d.job_id] = d.gpus
-                    elif isinstance(d, Suspend | Unpack):
-                        self._pause(s, d.job_id, row_id, attempts[row_id])
-                except HostError as exc:
-                    self._refused(d, str(exc))
-                    out.failed.append((d, str(exc)))
-                    continue
-                started.append((d, at))
-        return started, []
+            for d in batch:
+                steps.append(self._step(s, d, placing, attempts))
+        yield from lanes.run(steps, workers=PARALLEL, every=RECORD_EVERY)
+
+    def _step(
+        self, s: Session, d: Batched, placing: dict[int, Launch], attempts: dict[int, int]
+    ) -> lanes.Step[Batched]:
+        """The host action of one decision and the nodes it acts on."""
+        row_id = self.snap.job_ids[d.job_id]
+        if row_id not in (placing if isinstance(d, Place) else attempts):
+            return lanes.Step(d, d.job_id, (), _fails(f"job {d.job_id} removed from the store"))
+        if isinstance(d, Queue):
+            return lanes.Step(d, d.job_id, (), None)
+        rows = self._node_rows(s)
+        if isinstance(d, Place):
+            # Its freeze later in this apply acts on where it was placed.
+            self._placed[d.job_id] = d.gpus
+            start = partial(self.site.launch, placing[row_id], d.gpus, rows)
+            return lanes.Step(d, d.job_id, tuple({n for n, _ in d.gpus}), start)
+        if d.job_id in self._placed:
+            names = sorted({n for n, _ in self._placed[d.job_id]})
+            nodes = [rows[n] for n in names if n in rows]
+        else:
+            nodes = job_nodes(s, row_id)
+        if not nodes:
+            return lanes.Step(d, d.job_id, (), _fails(f"job {d.job_id} holds no GPUs to freeze"))
+        freeze = partial(self._pause, nodes, row_id, attempts[row_id])
+        return lanes.Step(d, d.job_id, tuple(n.name for n in nodes), freeze)
 
     def _record(self, done: list[Batched], out: Applied) -> None:
         """Record decisions carried out on the hosts, in one write transaction."""
@@ -247,13 +264,8 @@ class Applier:
         with transaction(self.site.store.engine, write=False) as s:
             return job_gpus(s, self.snap.job_ids[job_id]) == sorted(gpus)
 
-    def _pause(self, s: Session, job_id: str, row_id: int, attempt: int) -> None:
-        """Freeze the job's running containers (it may have been placed in this very batch)."""
-        if job_id in self._placed:
-            rows = self._node_rows(s)
-            nodes = [rows[n] for n in sorted({n for n, _ in self._placed[job_id]}) if n in rows]
-        else:
-            nodes = job_nodes(s, row_id)
+    def _pause(self, nodes: list[NodeRow], row_id: int, attempt: int) -> None:
+        """Freeze the job's running containers on ``nodes``."""
         for node in nodes:
             engine = self.site.engine(node)
             for c in self.site.containers(node, row_id, attempt):
@@ -384,6 +396,15 @@ class _Records:
         _executemany(conn, insert(AllocationRow), self.allocations)
         _executemany(conn, insert(JobStateRow), self.history)
         _executemany(conn, insert(EventRow), self.events)
+
+
+def _fails(why: str) -> Callable[[], None]:
+    """An action that fails with ``why``: the decision cannot be carried out."""
+
+    def fail() -> None:
+        raise HostError("-", why)
+
+    return fail
 
 
 def _attempts(s: Session, ids: Collection[int]) -> dict[int, int]:

@@ -7,6 +7,7 @@ moves its job directory, for the modules that carry out decisions
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -83,6 +84,7 @@ class Site:
         self.mirror = mirror
         self.grace = grace
         self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}
+        self._engines_lock = threading.Lock()
 
     def engine(self, row: NodeRow) -> Engine:
         """The node's engine, kept from pass to pass (its open channels save a dial per call).
@@ -90,14 +92,15 @@ class Site:
         A new one replaces it when the node's address or engine changed.
         """
         key = (hostops.target(row), row.docker_host)
-        known = self._engines.get(row.name)
-        if known is not None and known[0] == key:
-            return known[1]
-        if known is not None:
-            known[1].close()
-        engine = hostops.engine(self.pool, row)
-        self._engines[row.name] = (key, engine)
-        return engine
+        with self._engines_lock:  # launches run in parallel threads
+            known = self._engines.get(row.name)
+            if known is not None and known[0] == key:
+                return known[1]
+            if known is not None:
+                known[1].close()
+            engine = hostops.engine(self.pool, row)
+            self._engines[row.name] = (key, engine)
+            return engine
 
     def close(self) -> None:
         """Close the engines' channels (the pool's connections stay)."""
@@ -105,27 +108,28 @@ class Site:
             engine.close()
         self._engines.clear()
 
-    def start(
-        self,
-        s: Session,
-        job: Launch,
-        refs: Iterable[GpuRef],
-        *,
-        nodes: Mapping[str, NodeRow] | None = None,
-    ) -> None:
+    def start(self, s: Session, job: Launch, refs: Iterable[GpuRef]) -> None:
+        """Start the job's current attempt on ``refs``, reading their nodes in ``s``.
+
+        See :meth:`launch`, which this calls once the node rows are read.
+        """
+        refs = list(refs)
+        names = {name for name, _ in refs}
+        query = select(NodeRow).where(NodeRow.name.in_(names))
+        self.launch(job, refs, {n.name: n for n in s.scalars(query)})
+
+    def launch(self, job: Launch, refs: Iterable[GpuRef], nodes: Mapping[str, NodeRow]) -> None:
         """Start the job's current attempt on ``refs``: one container per node, GPUs pinned.
 
-        A restarted job (attempt above 0) first gets the mirror's copy of its
-        directory on every node whose own copy has an older checkpoint; a new
-        one starts with an empty directory. ``nodes`` are the node rows (with
-        their GPUs) by name, when the caller has read them already.
+        ``nodes`` are the node rows, with their GPUs loaded, by name; no
+        store access happens here, so launches on different nodes may run in
+        parallel threads. A restarted job (attempt above 0) first gets the
+        mirror's copy of its directory on every node whose own copy has an
+        older checkpoint; a new one starts with an empty directory.
         """
         by_node: dict[str, list[int]] = defaultdict(list)
         for name, index in refs:
             by_node[name].append(index)
-        if nodes is None:
-            query = select(NodeRow).where(NodeRow.name.in_(by_node))
-            nodes = {n.name: n for n in s.scalars(query)}
         for name, indices in by_node.items():
             node = nodes.get(name)
             if node is None:

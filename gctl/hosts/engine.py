@@ -11,6 +11,7 @@ every call.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,6 +219,7 @@ class Engine:
         self._max_channels = max_channels
         self._adapter = _ChannelAdapter(_ChannelPool(self, timeout, max_channels))
         self._client: docker.APIClient | None = None
+        self._client_lock = threading.Lock()
 
     @property
     def node(self) -> str:
@@ -241,11 +243,14 @@ class Engine:
     @property
     def api(self) -> docker.APIClient:
         """The docker-py client, at the API version the engine speaks (asked once)."""
-        if self._client is None:
-            probe = self._new_client(MINIMUM_DOCKER_API_VERSION)
-            version = self._call(lambda: probe.version(api_version=False)["ApiVersion"], "version")
-            self._client = self._new_client(str(version))
-        return self._client
+        with self._client_lock:  # calls from parallel threads ask once
+            if self._client is None:
+                probe = self._new_client(MINIMUM_DOCKER_API_VERSION)
+                version = self._call(
+                    lambda: probe.version(api_version=False)["ApiVersion"], "version"
+                )
+                self._client = self._new_client(str(version))
+            return self._client
 
     def _call(self, fn: Any, what: str) -> Any:
         """Run one docker-py call; its failures become one-line HostErrors."""

@@ -40,14 +40,7 @@ class QuietSite(NoContainerSite):
         self.refuse = set(refuse)
         self.started: list[int] = []
 
-    def start(
-        self,
-        s: Session,
-        job: Launch,
-        refs: Iterable[GpuRef],
-        *,
-        nodes: Mapping[str, NodeRow] | None = None,
-    ) -> None:
+    def launch(self, job: Launch, refs: Iterable[GpuRef], nodes: Mapping[str, NodeRow]) -> None:
         """Record the start, or refuse it for a job in ``refuse``."""
         if job.id in self.refuse:
             raise HostError("a2", f"no room for job {job.id}")

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from sqlalchemy.orm import Session
-
 from gctl.core.model import GpuRef
 from gctl.daemon.jobfiles import Report
 from gctl.daemon.site import Launch, Site, Stopped
@@ -42,14 +40,7 @@ class NoContainerSite(Site):
         """A stand-in engine that refuses every call (see :class:`_NoEngine`)."""
         return cast(Engine, _NoEngine(row.name))
 
-    def start(
-        self,
-        s: Session,
-        job: Launch,
-        refs: Iterable[GpuRef],
-        *,
-        nodes: Mapping[str, NodeRow] | None = None,
-    ) -> None:
+    def launch(self, job: Launch, refs: Iterable[GpuRef], nodes: Mapping[str, NodeRow]) -> None:
         """Start nothing (the store is still written by the caller)."""
 
     def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:
