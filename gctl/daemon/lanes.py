@@ -86,7 +86,7 @@ def run(steps: Sequence[Step[T]], *, workers: int, every: float) -> Iterator[lis
     first = [(i, Done(s.item, now)) for i, s in enumerate(steps) if s.action is None]
     split = lanes(steps)
     if not split:
-        yield [done for _, done in first]
+        yield [d for _, d in first]
         return
     # Appended by the lanes' threads (list.append is atomic), with each step's position.
     finished: list[tuple[int, Done[T]]] = []
@@ -124,11 +124,11 @@ def run(steps: Sequence[Step[T]], *, workers: int, every: float) -> Iterator[lis
     with ThreadPoolExecutor(max_workers=threads) as pool:
         pending = {pool.submit(work) for _ in range(threads)}
         while pending:
-            done, pending = wait(pending, timeout=every, return_when=ALL_COMPLETED)
-            for future in done:
+            ended, pending = wait(pending, timeout=every, return_when=ALL_COMPLETED)
+            for future in ended:
                 future.result()  # a bug in an action is not swallowed
             count = len(finished)
             chunk, taken = first + finished[taken:count], count
             first = []
             if chunk:
-                yield [done for _, done in sorted(chunk, key=itemgetter(0))]
+                yield [d for _, d in sorted(chunk, key=itemgetter(0))]
