@@ -31,10 +31,16 @@ class Queue:
 
 @dataclass(frozen=True, slots=True)
 class Suspend:
-    """Stop a job's progress; it keeps its place on its GPUs (time slicing)."""
+    """Stop a job's progress; it keeps its place on its GPUs (time slicing).
+
+    ``checkpoint``: it gives its GPU memory back while it waits (checkpoint
+    and stop, restart on its turn), because the jobs sharing its GPUs do not
+    fit in their memory all at once; otherwise it is frozen in place.
+    """
 
     job_id: str
     reason: str
+    checkpoint: bool = False
 
 
 @dataclass(frozen=True, slots=True)

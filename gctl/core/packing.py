@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gctl.core.decisions import Decision, Pack, Unpack
+from gctl.core.memory import all_frozen_fit
 from gctl.core.model import JobStatus
 from gctl.core.state import ClusterState, GroupKey, JobState
 
@@ -30,16 +31,6 @@ class PackingMemory:
         """Drop pairs with a job that is gone."""
         if self.bad_pairs:
             self.bad_pairs = {p for p in self.bad_pairs if all(j in live for j in p)}
-
-
-def _mem(js: JobState) -> int:
-    if js.observed is not None:
-        return js.observed.gpu_mem_mb
-    return js.spec.gpu_mem_mb or 0
-
-
-def _gpu_mem(state: ClusterState, key: GroupKey) -> int:
-    return min(state.nodes[n].node.gpus[i].memory_mb for n, i in key)
 
 
 def aggregate_speed(state: ClusterState, key: GroupKey) -> float | None:
@@ -134,7 +125,7 @@ def pack_waiting(
                 break
             if frozenset((cand.id, tgt.id)) in memory.bad_pairs:
                 continue
-            if _mem(cand) + _mem(tgt) > _gpu_mem(state, tgt.gpus):
+            if not all_frozen_fit(state, tgt.gpus, (cand, tgt)):
                 continue
             if not _height_allows(state, cand.gpus, tgt.gpus, max_height):
                 continue

@@ -12,7 +12,9 @@ Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
    oversubscribed: the job joins the GPU set there with the fewest jobs and
    they take turns (never joining a set that holds higher-priority work, and
    never pushing a node above ``max_height``, counting its free GPUs as
-   used, since any job may take them later);
+   used, since any job may take them later; jobs that do not fit the set's
+   GPU memory together wait for their turn checkpointed, and a set where
+   that cannot be is passed over);
 5. else the job is queued.
 
 Inside a node the job gets the best-connected free GPU set (topology link
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gctl.core import memory
 from gctl.core.decisions import Decision, Place, Queue, Suspend
 from gctl.core.model import GpuRef, JobStatus, ShareMode
 from gctl.core.state import ClusterState, GroupKey, JobState, NodeState
@@ -90,13 +93,16 @@ def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey 
     return spanning_set(state, count)
 
 
-def timeslice_group(
-    state: ClusterState, count: int, priority: int, max_height: float
-) -> GroupKey | None:
-    """Step 4: the ``count``-GPU set to share on the lowest node of affinity ``count``."""
+def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> GroupKey | None:
+    """Step 4: the set for ``js`` to share on the lowest node of its affinity.
+
+    A set whose jobs could not take turns with it in GPU memory (see
+    :func:`gctl.core.memory.can_take_turns`) is passed over.
+    """
+    count = js.spec.gpus
     if count > state.max_size:
         return None
-    for ns, key in state.slice_targets(count, priority):
+    for ns, key in state.slice_targets(count, int(js.spec.priority)):
         if ns.affinity != count:
             continue
         if ns.load + ns.free + count > max_height * ns.size:
@@ -105,8 +111,14 @@ def timeslice_group(
             if ns.height + count / state.max_size > max_height:
                 break
             continue
+        if not memory.can_take_turns(state, key, [*_members(state, key), js]):
+            continue
         return key
     return None
+
+
+def _members(state: ClusterState, key: GroupKey) -> list[JobState]:
+    return [state.jobs[m] for m in state.groups[key]]
 
 
 def place(state: ClusterState, js: JobState, now: float, max_height: float) -> list[Decision]:
@@ -123,7 +135,7 @@ def place(state: ClusterState, js: JobState, now: float, max_height: float) -> l
             reason = f"{count} free GPUs on {where} (affinity {state.nodes[where].affinity})"
         decisions.append(Place(js.id, gpus, ShareMode.EXCLUSIVE, reason))
     else:
-        key = timeslice_group(state, count, int(js.spec.priority), max_height)
+        key = timeslice_group(state, js, max_height)
         if key is None:
             if js.reason.startswith("queued") and js.status is JobStatus.PENDING:
                 return []
@@ -131,9 +143,12 @@ def place(state: ClusterState, js: JobState, now: float, max_height: float) -> l
             reason = f"queued: needs {count} GPUs, {free} free, no node to share"
             return state.commit([Queue(js.id, reason)], now)
         members = state.groups[key]
+        by_checkpoint = not memory.all_frozen_fit(state, key, [*_members(state, key), js])
         for m in members:
-            if state.jobs[m].status is JobStatus.RUNNING:
-                decisions.append(Suspend(m, f"time slice handed to new job {js.id}"))
+            other = state.jobs[m]
+            if other.status is JobStatus.RUNNING:
+                why = f"time slice handed to new job {js.id}"
+                decisions.append(Suspend(m, why, by_checkpoint and other.spec.can_checkpoint))
         node = key[0][0]
         decisions.append(
             Place(

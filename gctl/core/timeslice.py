@@ -2,11 +2,14 @@
 
 Only the jobs of the highest priority present on a set take turns; lower
 ones wait, so a high-priority job is never suspended for a lower one. A
-running job keeps its turn for at least one quantum.
+running job keeps its turn for at least one quantum. A job that can
+checkpoint waits for its turn checkpointed when the set's jobs do not fit in
+its GPU memory all at once (:mod:`gctl.core.memory`).
 """
 
 from __future__ import annotations
 
+from gctl.core import memory
 from gctl.core.decisions import Decision, Resume, Suspend
 from gctl.core.model import JobStatus
 from gctl.core.state import ClusterState, GroupKey
@@ -37,8 +40,16 @@ def resume_idle_sets(state: ClusterState, now: float) -> list[Decision]:
     return out
 
 
-def rotate(state: ClusterState, now: float, quantum: float) -> list[Decision]:
-    """Hand each time-sliced set to its next job once the runner has used its quantum."""
+def rotate(
+    state: ClusterState, now: float, quantum: float, checkpoint_quantum: float
+) -> list[Decision]:
+    """Hand each time-sliced set to its next job once the runner has used its quantum.
+
+    The quantum is ``checkpoint_quantum`` for a runner that will wait
+    checkpointed: its next turn is a restart, which costs seconds where a
+    thaw costs milliseconds, so its turns are longer to keep the cost as
+    small a share of them.
+    """
     out: list[Decision] = []
     jobs = state.jobs
     for key in list(state.shared):
@@ -51,15 +62,20 @@ def rotate(state: ClusterState, now: float, quantum: float) -> list[Decision]:
                     current = None
                     break
                 current = js
-        if current is None or now - current.last_resumed < quantum:
+        if current is None:
+            continue
+        by_checkpoint = memory.suspend_by_checkpoint(state, current)
+        turn = checkpoint_quantum if by_checkpoint else quantum
+        if now - current.last_resumed < turn:
             continue
         nxt = next_in_turn(state, key, current.id)
         if nxt is None:
             continue
         waiting = len(members) - 1
+        why = f"quantum {turn:g}s used; {waiting} job(s) share its GPUs"
         out += state.commit(
             [
-                Suspend(current.id, f"quantum {quantum:g}s used; {waiting} job(s) share its GPUs"),
+                Suspend(current.id, why, by_checkpoint),
                 Resume(nxt, f"round-robin turn on {key[0][0]}"),
             ],
             now,

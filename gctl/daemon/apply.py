@@ -10,8 +10,10 @@ them.
 - ``Queue``: the reason the job waits.
 - ``Suspend``, ``Unpack`` and ``Resume`` of time slicing use the *freeze*
   mechanism (docker pause and unpause: the job keeps its GPU memory and
-  resumes in place within milliseconds). A job whose container is gone
-  resumes as a new attempt from its checkpoint.
+  resumes in place within milliseconds). A ``Suspend`` marked ``checkpoint``
+  (the jobs sharing the GPUs do not fit their memory at once) is a
+  checkpoint move that keeps the job's GPUs (``slice``). A job whose
+  container is gone resumes as a new attempt from its checkpoint.
 - ``Pack`` onto the GPUs the job already holds just lets it run alongside;
   onto others it is a checkpoint move, like ``Migrate``, ``Grow``,
   ``Shrink`` and ``Requeue``.
@@ -112,7 +114,7 @@ class Applier:
         out one at a time.
         """
         out = Applied()
-        for batched, run in groupby(decisions, key=lambda d: isinstance(d, Batched)):
+        for batched, run in groupby(decisions, key=_batched):
             if batched:
                 self._batches(cast(list[Batched], list(run)), out)
             else:
@@ -250,7 +252,7 @@ class Applier:
         return self.snap.state.mode_of(job_id).value
 
     def _one(self, d: Decision) -> None:
-        if isinstance(d, Migrate | Grow | Shrink | Requeue) or (
+        if isinstance(d, Migrate | Grow | Shrink | Requeue | Suspend) or (
             isinstance(d, Pack) and not self._holds(d.job_id, d.gpus)
         ):
             self._move(d)
@@ -293,12 +295,15 @@ class Applier:
         else:
             events.record(s, "job.resume", f"job {row.id} resumed: {d.reason}", job_id=row.id)
 
-    def _move(self, d: Migrate | Grow | Shrink | Requeue | Pack) -> None:
+    def _move(self, d: Migrate | Grow | Shrink | Requeue | Suspend | Pack) -> None:
         """A checkpoint move: recorded, then carried through (see :mod:`gctl.daemon.moves`)."""
         with transaction(self.site.store.engine, write=True) as s:
             row = self._row(s, d.job_id)
             if isinstance(d, Requeue):
                 moves.begin(s, row, "requeue", (), mode="exclusive", reason=d.reason)
+            elif isinstance(d, Suspend):  # by checkpoint, keeping its GPUs
+                gpus = job_gpus(s, row.id)
+                moves.begin(s, row, "slice", gpus, mode=self._mode(d.job_id), reason=d.reason)
             else:
                 dst = d.dst if isinstance(d, Migrate) else d.gpus
                 kind = _MOVE_KINDS.get(type(d), "pack")
@@ -396,6 +401,11 @@ class _Records:
         _executemany(conn, insert(AllocationRow), self.allocations)
         _executemany(conn, insert(JobStateRow), self.history)
         _executemany(conn, insert(EventRow), self.events)
+
+
+def _batched(d: Decision) -> bool:
+    """Whether ``d`` is carried out in a batch (a suspend by checkpoint is a move instead)."""
+    return isinstance(d, Batched) and not (isinstance(d, Suspend) and d.checkpoint)
 
 
 def _fails(why: str) -> Callable[[], None]:

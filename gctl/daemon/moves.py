@@ -1,21 +1,24 @@
 """Checkpoint moves: a job checkpoints, exits, and is restarted elsewhere, or waits.
 
-Migrate, grow, shrink, pack onto other GPUs, requeue and an operator's
-suspend all go the same way, in steps that can each be repeated, so a daemon
-killed at any point finishes the move after its restart (:func:`finish` is
-called for every job with a pending operation before anything is decided):
+Migrate, grow, shrink, pack onto other GPUs, requeue, an operator's suspend
+and a time-slice suspend by checkpoint (``slice``: the job waits for its
+turn with its GPU memory given back, keeping its place) all go the same
+way, in steps that can each be repeated, so a daemon killed at any point
+finishes the move after its restart (:func:`finish` is called for every job
+with a pending operation before anything is decided):
 
 1. :func:`begin`, one transaction: the operation is written on the job
    (``JobRow.op``: kind, source and target GPUs, the attempt being
    replaced) and its allocations are switched to the target GPUs (none for
-   requeue and suspend), so nothing else is placed there meanwhile.
+   requeue and suspend, its own for slice), so nothing else is placed there
+   meanwhile.
 2. :func:`finish`: unless the next attempt already runs on the target (a
    restart caught after starting it), the old attempt's containers get
    SIGTERM (the job SDK checkpoints and exits) and are removed; the job
    directory is copied into the daemon's mirror and on to the target hosts.
    A job that turns out to have finished is recorded as completed. Then the
    next attempt starts on the target and one transaction clears the
-   operation; requeue and suspend instead leave the job waiting.
+   operation; requeue, suspend and slice instead leave the job waiting.
 
 Progress therefore continues from the last checkpoint, never from zero. A
 source host that does not answer holds the move back (the job may still run
@@ -43,8 +46,10 @@ from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
 
 RESTART_KINDS = frozenset({"migrate", "grow", "shrink", "pack"})
 """Moves that restart the job on target GPUs at once."""
-WAIT_KINDS = frozenset({"requeue", "suspend"})
-"""Moves that leave the job waiting: back in the queue, or suspended by an operator."""
+WAIT_KINDS = frozenset({"requeue", "suspend", "slice"})
+"""Moves that leave the job waiting: queued, suspended by an operator, or for its turn."""
+SUSPEND_KINDS = frozenset({"suspend", "slice"})
+"""Moves that suspend the job by checkpoint (recorded as ``job.suspend`` events)."""
 
 
 def where(gpus: Sequence[GpuRef]) -> str:
@@ -85,6 +90,10 @@ def begin(
         s.add_all(AllocationRow(job_id=row.id, gpu_id=i, mode=mode, since=at) for i in ids)
     data = {"from": where(src), "to": where(dst), "reason": reason}
     text = f"job {row.id} {kind}: {where(src)} -> {where(dst)}: {reason}"
+    if kind in SUSPEND_KINDS:
+        data["mechanism"] = "checkpoint"
+        text = f"job {row.id} suspended (checkpoint): {reason}"
+        kind = "suspend"
     events.record(s, f"job.{kind}", text, job_id=row.id, user=user, data=data)
 
 
@@ -187,6 +196,9 @@ def _wait(site: Site, job_id: int, op: dict[str, Any]) -> str:
         row.op = None
         row.attempt = int(op["attempt"]) + 1
         reason = str(op["reason"])
+        if op["kind"] == "slice":
+            set_state(s, row, "SUSPENDED", reason)
+            return "suspended at its checkpoint; its turn restarts it on its GPUs"
         if op["kind"] == "suspend":
             row.held = True
             set_state(s, row, "SUSPENDED", reason)

@@ -109,9 +109,11 @@ class Why:
     does not say). ``mechanism`` is how the daemon suspends the job, as
     recorded on it (``freeze``, or ``checkpoint`` for a job that checkpoints);
     ``suspended_by`` is how a suspended job is suspended now: ``freeze`` while
-    it keeps its GPUs (docker pause, GPU memory kept), ``checkpoint`` once it
-    gave them back. ``moved`` is set only while the job holds the GPUs a
-    migration put it on; ``decisions`` are its latest events, oldest first.
+    it keeps its GPUs frozen (docker pause, GPU memory kept), ``checkpoint``
+    once it checkpointed and exited (GPUs given back, or kept to wait for
+    its turn when the jobs sharing them do not fit their memory at once).
+    ``moved`` is set only while the job holds the GPUs a migration put it
+    on; ``decisions`` are its latest events, oldest first.
     """
 
     job_id: int
@@ -209,7 +211,7 @@ def explain(store: Store, job_id: int) -> Why:
             exit_code=row.exit_code,
             restarts=row.restarts,
             mechanism=row.mechanism,
-            suspended_by=("freeze" if allocs else "checkpoint")
+            suspended_by=_suspended_by(s, job_id, bool(allocs))
             if row.state == "SUSPENDED"
             else None,
             gpus=tuple(GpuUse(node, index, mode) for _, node, index, mode, _ in allocs),
@@ -223,6 +225,24 @@ def explain(store: Store, job_id: int) -> Why:
                 Decision(e.at, e.kind, e.user, e.message, dict(e.data)) for e in reversed(recent)
             ),
         )
+
+
+def _suspended_by(s: Session, job_id: int, holds_gpus: bool) -> str:
+    """How a suspended job is suspended: as its latest suspend recorded, else by where it is.
+
+    A job that gave its GPUs back was checkpointed; one that keeps them was
+    frozen, unless its suspend says it waits its turn checkpointed.
+    """
+    data = s.scalar(
+        select(EventRow.data)
+        .where(EventRow.job_id == job_id, EventRow.kind.in_(("job.suspend", "job.unpack")))
+        .order_by(EventRow.id.desc())
+        .limit(1)
+    )
+    recorded = (data or {}).get("mechanism")
+    if holds_gpus and recorded in ("freeze", "checkpoint"):
+        return str(recorded)
+    return "freeze" if holds_gpus else "checkpoint"
 
 
 def _move(s: Session, job_id: int, since: float) -> Move | None:

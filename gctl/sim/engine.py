@@ -173,6 +173,9 @@ class Simulator:
             kind = type(d)
             if kind is Resume:
                 run.work_left += run.resume_cost
+            elif isinstance(d, Suspend) and d.checkpoint:
+                # Its resume is a restart from the checkpoint: a move's cost, not a thaw's.
+                run.work_left += max(run.move_cost - run.resume_cost, 0.0)
             elif kind in MOVES or (kind is Pack and run.key != gpus):
                 run.work_left += run.move_cost
             run.stale = True

@@ -366,7 +366,10 @@ class _Loader:
                 profile=profile,
                 name=name,
                 user=user,
-                can_checkpoint=mechanism == MECHANISM_CHECKPOINT,
+                # Unknown for a job that never ran: assumed, so that it may take turns with
+                # jobs that only fit its GPUs' memory checkpointed; its first run tells.
+                can_checkpoint=mechanism == MECHANISM_CHECKPOINT
+                or (mechanism is None and not on_gpus),
             )
         except ValueError as exc:
             self.problems.append(f"job {row_id}: {exc}; left out")

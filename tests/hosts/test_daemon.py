@@ -322,3 +322,37 @@ def test_show_job_gives_measured_progress_with_the_sdk_and_an_estimate_without(
     assert "Mechanism=freeze" in shown
     assert "Progress=0.40 (estimated from GPU utilisation: no job SDK seen)" in shown
     assert "GPUUtil=40% GPUMem=" in shown and "(emulated)" in shown
+
+
+def test_jobs_that_do_not_fit_a_gpu_together_take_turns_checkpointed(
+    host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+) -> None:
+    # 10 GB each on 16 GB GPUs: frozen side by side they would not fit, so a job waiting
+    # for its turn checkpoints and exits, and its turn restarts it from the checkpoint.
+    nodes.set_admin_state(host_store, "h2", "drain", "only h1 in this test")
+    argv = ["--steps", "120", "--step-time", "0.05"]
+    first = [_submit(host_store, *argv, gpu_mem="10G") for _ in range(2)]
+    options = {"quantum": 1.0, "checkpoint_quantum": 2.0, "migration": False}
+    start_daemon(host_store, policy_options=options)
+    _wait(
+        "both running, known to checkpoint",
+        lambda: all(
+            (j.state, j.mechanism) == ("RUNNING", "checkpoint") for j in _jobs(host_store).values()
+        ),
+    )
+    third = _submit(host_store, *argv, gpu_mem="10G")
+    ids = [*first, third]
+    _wait(
+        "all three completed",
+        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
+        timeout=150,
+    )
+    with transaction(host_store.engine, write=False) as s:
+        suspends = s.scalars(select(EventRow).where(EventRow.kind == "job.suspend")).all()
+    assert suspends and {e.data.get("mechanism") for e in suspends} == {"checkpoint"}
+    for job_id in ids:
+        assert '"step": 120' in _job_file(hosts, "h1", job_id, "progress.json")
+    waited = {e.job_id for e in suspends if e.job_id is not None}
+    for job_id in waited:
+        starts = _starts(hosts, "h1", job_id)
+        assert len(starts) >= 2 and starts[-1][1] > 0  # restarted from its checkpoint

@@ -110,3 +110,33 @@ def test_a_requeued_job_keeps_its_progress_and_pays_one_restore() -> None:
     assert restore > 0
     # j0 ran until the big job came, waited 1000 s, then did the rest plus one restore
     assert finish["j0"] == pytest.approx(10 * day + 1000.0 + restore)
+
+
+@pytest.mark.parametrize(("gpu", "checkpointed"), [("V100-16GB", True), ("A100-80GB", False)])
+def test_a_suspend_by_checkpoint_costs_a_restore_and_a_freeze_a_thaw(
+    gpu: str, checkpointed: bool
+) -> None:
+    """Two gpt2 jobs (12 GB each) take turns on one GPU: checkpointed on 16 GB, frozen on 80 GB.
+
+    They ask for their memory, so even the first turn, handed to the second
+    job before it ever ran, knows they do not fit together on 16 GB.
+    """
+    from gctl.sim import profiles
+
+    jobs = [
+        TraceJob(JobSpec(f"j{i}", 1, submit_time=t, profile="gpt2", gpu_mem_mb=12000), 1000.0)
+        for i, t in enumerate((0.0, 1.0))
+    ]
+    perf = PerfConfig(locality=False, packing=False, overheads=True, elastic=False)
+    policy = GandivaPolicy(packing=False, migration=False, quantum=60.0, checkpoint_quantum=60.0)
+    sim = Simulator(parse_cluster(f"1x1:{gpu}"), policy, perf, tick=60.0)
+    result = sim.run(jobs)
+    suspends = result.metrics.counts["suspends"]
+    assert result.metrics.finished == 2 and suspends > 10
+    thaw = profiles.suspend_resume_cost_s("gpt2")
+    restore = profiles.migration_cost_s("gpt2")
+    extra = suspends * (restore - thaw) if checkpointed else 0.0
+    # One GPU did both jobs' work, one thaw per resume, and a restore's extra per checkpoint.
+    assert result.metrics.makespan == pytest.approx(
+        2000.0 + result.metrics.counts["resumes"] * thaw + extra
+    )

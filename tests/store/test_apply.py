@@ -18,7 +18,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from storekit import node, on_gpus, req
 
-from gctl.core.decisions import Decision, Place, Queue, Suspend, Unpack
+from gctl.core.decisions import Decision, Place, Queue, Resume, Suspend, Unpack
 from gctl.core.model import GpuRef, ShareMode
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.daemon import apply
@@ -26,7 +26,7 @@ from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.jobfiles import Mirror
 from gctl.daemon.site import Launch
 from gctl.hosts.ssh import HostError, Pool
-from gctl.services import db, events, jobs
+from gctl.services import db, events, jobs, why
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, JobStateRow, NodeRow
 from gctl.store.snapshot import read
@@ -221,3 +221,32 @@ def test_decisions_on_jobs_removed_since_the_snapshot_are_refused(
     with transaction(store.engine, write=False) as s:
         assert s.scalars(select(JobRow.id)).all() == [a]
         assert _gpus(s, a) == [("a1", 0, "exclusive")]
+
+
+def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
+    store: db.Store, tmp_path: Path
+) -> None:
+    """A time-slice suspend that must free GPU memory is a checkpoint move that keeps the job's
+    place: SUSPENDED on the same GPUs, next attempt, ``job.suspend`` saying ``checkpoint``."""
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    on_gpus(store, a, "a1", [0], since=100.0, mode="time-sliced")
+    on_gpus(store, b, "a1", [0], since=100.0, mode="time-sliced", state="SUSPENDED")
+    turn_over = "quantum 300s used; 1 job(s) share its GPUs"
+    decide: list[Decision] = [
+        Suspend(str(a), turn_over, checkpoint=True),
+        Resume(str(b), "round-robin turn on a1"),
+    ]
+    applied = _apply(store, tmp_path, decide)
+    assert applied.done == decide and applied.failed == []
+    with transaction(store.engine, write=False) as s:
+        row = s.get(JobRow, a)
+        assert row is not None
+        assert (row.state, row.op, row.attempt, row.held) == ("SUSPENDED", None, 1, False)
+        assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)
+        kind, message, data = _events(s, a)[-1]
+        assert kind == "job.suspend" and data["mechanism"] == "checkpoint"
+        assert message == f"job {a} suspended (checkpoint): {turn_over}"
+        other = s.get(JobRow, b)
+        assert other is not None and other.state == "RUNNING"
+    assert why.explain(store, a).suspended_by == "checkpoint"

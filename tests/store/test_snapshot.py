@@ -239,6 +239,19 @@ def test_a_suspended_job_left_alone_on_its_gpus_gets_the_turn(store: db.Store) -
     assert state.jobs[_id(other)].status is JobStatus.RUNNING
 
 
+def test_what_is_known_of_checkpointing(store: db.Store) -> None:
+    """Seen using the SDK: yes; seen running without: no; never ran: assumed until it runs."""
+    node(store, "a1")
+    sdk, plain, unknown_running, new = jobs.submit(store, [req(1)] * 4)
+    t = time.time()
+    on_gpus(store, sdk, "a1", (0,), since=t, mechanism="checkpoint")
+    on_gpus(store, plain, "a1", (1,), since=t, mechanism="freeze")
+    on_gpus(store, unknown_running, "a1", (2,), since=t, mechanism=None)
+    state = snapshot.read(store.engine, now=t + 1).state
+    can = {j: state.jobs[_id(j)].spec.can_checkpoint for j in (sdk, plain, unknown_running, new)}
+    assert can == {sdk: True, plain: False, unknown_running: False, new: True}
+
+
 def test_down_node_gives_its_jobs_back_to_the_queue(store: db.Store) -> None:
     node(store, "a1")
     node(store, "a2")

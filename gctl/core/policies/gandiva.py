@@ -32,6 +32,7 @@ class GandivaConfig:
     """Tunables, with Gandiva's published choices as defaults where it gives them."""
 
     quantum: float = 60.0
+    checkpoint_quantum: float = 300.0
     reconsider_every: float = 300.0
     max_height: float = 4.0
     timeslicing: bool = True
@@ -68,6 +69,7 @@ class GandivaConfig:
 
 _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
     ("quantum", 0.0, True),
+    ("checkpoint_quantum", 0.0, True),
     ("reconsider_every", 0.0, False),
     ("max_height", 1.0, False),
     ("pack_util_limit", 0.0, True),
@@ -160,7 +162,7 @@ class GandivaPolicy:
         if freed:
             out += freed + self._place_pending(state, now)
         if cfg.timeslicing:
-            out += timeslice.rotate(state, now, cfg.quantum)
+            out += timeslice.rotate(state, now, cfg.quantum, cfg.checkpoint_quantum)
         if self._reconsidered is None or now - self._reconsidered >= cfg.reconsider_every:
             self._reconsidered = now
             out += self._reconsider(state, now)

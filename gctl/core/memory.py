@@ -1,0 +1,56 @@
+"""GPU memory of jobs and GPU sets: what sharing a set needs, frozen or checkpointed.
+
+A job frozen to take turns (gctl's *freeze*: the process is paused) keeps
+its GPU memory, so the jobs taking turns on a set must fit in its memory
+together, or those that can checkpoint must give their memory back while
+they wait (suspend by checkpoint). A job's memory is what it was seen
+using, else what it asked for; one with neither counts as none, as Gandiva
+assumes of a job not yet profiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gctl.core.state import ClusterState, GroupKey, JobState
+
+
+def job_mem(js: JobState) -> int:
+    """The GPU memory (MB, per GPU) a job uses: observed, else requested, else 0."""
+    if js.observed is not None:
+        return js.observed.gpu_mem_mb
+    return js.spec.gpu_mem_mb or 0
+
+
+def gpu_mem(state: ClusterState, key: GroupKey) -> int:
+    """The memory (MB) of the smallest GPU of the set ``key``."""
+    return min(state.nodes[n].node.gpus[i].memory_mb for n, i in key)
+
+
+def all_frozen_fit(state: ClusterState, key: GroupKey, jobs: Sequence[JobState]) -> bool:
+    """Whether ``jobs`` fit the set's memory all at once, so every turn can be a freeze."""
+    return sum(job_mem(j) for j in jobs) <= gpu_mem(state, key)
+
+
+def can_take_turns(state: ClusterState, key: GroupKey, jobs: Sequence[JobState]) -> bool:
+    """Whether ``jobs`` can take turns on the set at all.
+
+    Either they fit all at once, or the ones that cannot checkpoint (always
+    frozen, so always holding their memory) leave room for the biggest of
+    the others while it runs.
+    """
+    if all_frozen_fit(state, key, jobs):
+        return True
+    frozen = sum(job_mem(j) for j in jobs if not j.spec.can_checkpoint)
+    running = max((job_mem(j) for j in jobs if j.spec.can_checkpoint), default=0)
+    return frozen + running <= gpu_mem(state, key)
+
+
+def suspend_by_checkpoint(state: ClusterState, js: JobState) -> bool:
+    """Whether ``js`` must give its GPU memory back to wait for its turn on its set.
+
+    True when the jobs sharing its GPUs do not all fit at once and ``js``
+    can checkpoint.
+    """
+    members = [state.jobs[m] for m in state.groups.get(js.gpus, ())]
+    return js.spec.can_checkpoint and not all_frozen_fit(state, js.gpus, members)
