@@ -58,7 +58,7 @@ from gctl.core.decisions import (
 )
 from gctl.core.model import GpuRef
 from gctl.daemon import lanes, moves
-from gctl.daemon.site import Launch, Site, job_gpus, job_nodes, launches
+from gctl.daemon.site import Launch, Site, job_gpus, job_nodes, launches, share_gpus
 from gctl.gcpause import gc_paused
 from gctl.hosts.ssh import HostError
 from gctl.services import events
@@ -343,6 +343,7 @@ class _Records:
         self.user = events.current_user()
         self.updates: dict[int, dict[str, Any]] = {}
         self.allocations: list[dict[str, Any]] = []
+        self.shared: dict[str, set[int]] = {}
         self.history: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
 
@@ -358,6 +359,7 @@ class _Records:
                 {"job_id": job, "gpu_id": ids[ref], "mode": d.mode.value, "since": self.at}
                 for ref in d.gpus
             ]
+            self.shared.setdefault(d.mode.value, set()).update(ids[ref] for ref in d.gpus)
             self._job(job, started_at=self.at, new_mechanism=MECHANISM_FREEZE)
             self._state(job, "RUNNING", d.reason)
             self._event(job, "job.place", f"job {job} on {to}: {d.reason}", {"to": to})
@@ -399,6 +401,8 @@ class _Records:
         for keys, params in by_keys.items():
             _executemany(conn, _job_update(keys), params)
         _executemany(conn, insert(AllocationRow), self.allocations)
+        for mode, gpu_ids in self.shared.items():
+            share_gpus(conn, gpu_ids, mode)
         _executemany(conn, insert(JobStateRow), self.history)
         _executemany(conn, insert(EventRow), self.events)
 

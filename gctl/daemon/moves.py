@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.model import GpuRef
 from gctl.daemon import jobfiles
-from gctl.daemon.site import Launch, Site, job_gpus
+from gctl.daemon.site import Launch, Site, job_gpus, share_gpus
 from gctl.hosts.ssh import HostError
 from gctl.services import events, hostops
 from gctl.services.jobs import set_state
@@ -88,6 +88,8 @@ def begin(
         ids = _gpu_ids(s, dst)
         at = now()
         s.add_all(AllocationRow(job_id=row.id, gpu_id=i, mode=mode, since=at) for i in ids)
+        s.flush()
+        share_gpus(s.connection(), ids, mode)
     data = {"from": where(src), "to": where(dst), "reason": reason}
     text = f"job {row.id} {kind}: {where(src)} -> {where(dst)}: {reason}"
     if kind in SUSPEND_KINDS:

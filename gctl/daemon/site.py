@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select, update
 from sqlalchemy.orm import Session
 
 from gctl.core.model import GpuRef
@@ -240,3 +240,19 @@ def job_gpus(s: Session, job_id: int) -> list[GpuRef]:
         .where(AllocationRow.job_id == job_id)
     ).all()
     return sorted((name, index) for name, index in rows)
+
+
+def share_gpus(conn: Connection, gpu_ids: Collection[int], mode: str) -> None:
+    """Give every allocation on ``gpu_ids`` the sharing ``mode`` a job placed there brings.
+
+    Written with that placement, in its transaction: otherwise, until the
+    pass records every job's mode at its end, the store would show a GPU
+    held twice by one holder still marked exclusive (a daemon killed in
+    between would leave it so until its next pass).
+    """
+    if gpu_ids and mode != "exclusive":
+        conn.execute(
+            update(AllocationRow)
+            .where(AllocationRow.gpu_id.in_(sorted(gpu_ids)), AllocationRow.mode != mode)
+            .values(mode=mode)
+        )

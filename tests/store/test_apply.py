@@ -250,3 +250,22 @@ def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
         other = s.get(JobRow, b)
         assert other is not None and other.state == "RUNNING"
     assert why.explain(store, a).suspended_by == "checkpoint"
+
+
+def test_a_placement_onto_a_shared_set_marks_the_set_shared_in_the_same_write(
+    store: db.Store, tmp_path: Path
+) -> None:
+    """Before the pass's mode sync, as a daemon killed right after the batch's write leaves it."""
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    on_gpus(store, a, "a1", [0], since=100.0)
+    snap = read(store.engine, now=time.time())
+    decide: list[Decision] = [
+        Suspend(str(a), f"time slice handed to new job {b}"),
+        Place(str(b), (("a1", 0),), ShareMode.TIMESLICED, "time-slicing with 1 job(s) on a1"),
+    ]
+    with Pool() as pool:
+        site = QuietSite(store, pool, Mirror(tmp_path / "mirror"))
+        Applier(site, snap, lambda kind, seconds: None).apply(decide)  # no sync_modes
+    with transaction(store.engine, write=False) as s:
+        assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)
