@@ -1,55 +1,88 @@
-"""Starvation guard: smaller jobs requeued to make room for a job that waited too long.
+"""Starvation guard: a size of job held below its share of the cluster makes room.
 
 Gandiva's placement serves whoever fits the GPUs that come free, and time
-slicing keeps every GPU busy. A job that cannot time-slice (larger than a
-node, or no node has its affinity) needs GPUs to come free together, and
-freed GPUs are taken at once by smaller jobs, so such a job can wait behind
-a stream of smaller ones for ever.
+slicing keeps every GPU busy. Under a long overload that leaves whole sizes
+of jobs behind: multi-GPU jobs need GPUs to come free together (or a node of
+their affinity to share), and smaller jobs take every GPU that frees up. The
+jobs left behind then run at the end, on a cluster otherwise idle, and set
+the makespan.
 
-Once it has waited ``after`` seconds, the guard suspends back to the queue,
-with their progress kept, the jobs holding the GPUs it needs, and starts it
-there. Only jobs asking for fewer GPUs than it (and of no higher priority)
-are displaced: they can start again on the GPUs of jobs smaller still, so a
-job the guard started is never displaced for one of its own size and no two
-starving jobs take turns emptying each other's GPUs. A job larger than a
-node gets the least loaded whole nodes; a smaller one the GPU set of one
-node that displaces the least work. The displaced jobs are placed again at
-once by Algorithm 1, which usually means time slicing elsewhere. Suspending
-is cheap in Gandiva; waiting for those GPUs to drain would idle them instead.
+Each size of job (its GPU count) has a *share* of the cluster: of all its
+GPUs, the part its unfinished jobs ask for among everyone's. What a size
+*holds* is the GPUs its jobs are on, a shared set split evenly among the
+jobs on it. Once the first pending job of a size whose share has room for
+it (a size whose share is smaller than one of its jobs is never helped: it
+waits for GPUs to come free) has waited ``after`` seconds, the guard
+requeues, with their progress kept, the jobs on the GPUs it needs and
+starts it there. Only smaller jobs, of no higher priority, of sizes holding
+more than their own share are displaced, so a job the guard started is
+never displaced for one of its size, and two sizes never take turns
+emptying each other's GPUs. A job larger than a node gets the least loaded
+whole nodes; a smaller one the GPU set of one node that displaces the least
+work. The displaced jobs are placed again at once by Algorithm 1 when they
+can, else wait in the queue with their progress.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from gctl.core.decisions import Decision, Place, Requeue
 from gctl.core.model import GpuRef, ShareMode
 from gctl.core.state import ClusterState, GroupKey, JobState, NodeState
 
 
-def cannot_share(state: ClusterState, count: int) -> bool:
-    """Whether a ``count``-GPU job can only start on free GPUs (never by time slicing)."""
-    if count > state.max_size:
-        return True
-    return next(state.nodes_by_affinity(count), None) is None
+@dataclass(frozen=True, slots=True)
+class Shares:
+    """Each job size's share of the cluster's GPUs and the GPUs it holds, by size."""
+
+    fair: dict[int, float]
+    held: dict[int, float]
+
+    def room_for(self, size: int) -> bool:
+        """Whether ``size`` stays within its share with one more job (``size`` GPUs) on GPUs."""
+        return self.held.get(size, 0.0) + size <= self.fair.get(size, 0.0)
+
+    def above(self, size: int) -> bool:
+        """Whether ``size`` holds more than its share."""
+        return self.held.get(size, 0.0) > self.fair.get(size, 0.0)
 
 
-def starving(state: ClusterState, now: float, after: float) -> JobState | None:
-    """The first pending job (priority, then age) that cannot time-slice and waited ``after``."""
-    best: JobState | None = None
-    for (_, count), bucket in state.pending.items():
-        if count == 1 or not cannot_share(state, count):
-            continue
-        js = state.jobs[next(iter(bucket))]
-        if now - js.since < after:
-            continue
-        if best is None or (-js.spec.priority, js.seq) < (-best.spec.priority, best.seq):
-            best = js
-    return best
+def shares(state: ClusterState) -> Shares:
+    """The sizes' shares (by the GPUs their unfinished jobs ask for) and holdings."""
+    gpus = sum(ns.size for ns in state.nodes.values() if ns.up)
+    asked = sum(state.backlog.values()) or 1
+    fair = {size: gpus * n / asked for size, n in state.backlog.items()}
+    held: dict[int, float] = {}
+    for key, members in state.groups.items():
+        part = len(key) / len(members)
+        for m in members:
+            size = state.jobs[m].spec.gpus
+            held[size] = held.get(size, 0.0) + part
+    return Shares(fair, held)
 
 
-def make_room(state: ClusterState, js: JobState, now: float) -> list[Decision]:
+def starving(state: ClusterState, now: float, after: float) -> tuple[JobState, Shares] | None:
+    """The first pending multi-GPU job (priority, then age) whose size's share has room for it.
+
+    Only a job that waited ``after`` counts; the shares are worked out only
+    when one did.
+    """
+    heads = (state.jobs[next(iter(b))] for (_, count), b in state.pending.items() if count > 1)
+    waited = [js for js in heads if now - js.since >= after]
+    if not waited:
+        return None
+    now_shares = shares(state)
+    below = [js for js in waited if now_shares.room_for(js.spec.gpus)]
+    if not below:
+        return None
+    return min(below, key=lambda js: (-js.spec.priority, js.seq)), now_shares
+
+
+def make_room(state: ClusterState, js: JobState, owed: Shares, now: float) -> list[Decision]:
     """Requeue the smaller jobs on the GPUs ``js`` is given, then start it there."""
     big = js.spec.gpus > state.max_size
-    found = _whole_nodes(state, js) if big else _node_part(state, js)
+    found = _whole_nodes(state, js, owed) if big else _node_part(state, js, owed)
     if found is None:
         return []
     where, victims = found
@@ -61,10 +94,12 @@ def make_room(state: ClusterState, js: JobState, now: float) -> list[Decision]:
     return out + state.commit([Place(js.id, where, ShareMode.EXCLUSIVE, reason)], now)
 
 
-def _yields_to(state: ClusterState, key: GroupKey, js: JobState) -> bool:
+def _yields_to(state: ClusterState, key: GroupKey, js: JobState, owed: Shares) -> bool:
     """Whether every job on GPU set ``key`` may be displaced for ``js``."""
     return all(
-        state.jobs[m].spec.gpus < js.spec.gpus and state.jobs[m].spec.priority <= js.spec.priority
+        (other := state.jobs[m].spec).gpus < js.spec.gpus
+        and other.priority <= js.spec.priority
+        and owed.above(other.gpus)
         for m in state.groups[key]
     )
 
@@ -76,12 +111,14 @@ def _victims(state: ClusterState, keys: list[GroupKey]) -> dict[str, None]:
     return out
 
 
-def _whole_nodes(state: ClusterState, js: JobState) -> tuple[GroupKey, dict[str, None]] | None:
+def _whole_nodes(
+    state: ClusterState, js: JobState, owed: Shares
+) -> tuple[GroupKey, dict[str, None]] | None:
     """The least loaded open nodes whose jobs all yield to ``js``, enough to hold it."""
     candidates = [
         ns
         for ns in state.nodes.values()
-        if ns.open and all(_yields_to(state, k, js) for k in ns.groups)
+        if ns.open and all(_yields_to(state, k, js, owed) for k in ns.groups)
     ]
     candidates.sort(key=lambda n: (n.load / n.size, -n.size, n.name))
     chosen: list[NodeState] = []
@@ -101,7 +138,9 @@ def _whole_nodes(state: ClusterState, js: JobState) -> tuple[GroupKey, dict[str,
     return tuple(sorted(gpus)), victims
 
 
-def _node_part(state: ClusterState, js: JobState) -> tuple[GroupKey, dict[str, None]] | None:
+def _node_part(
+    state: ClusterState, js: JobState, owed: Shares
+) -> tuple[GroupKey, dict[str, None]] | None:
     """The GPU set of one open node that can hold ``js`` displacing the fewest GPU-jobs.
 
     On each node, the yielding GPU sets join the free GPUs cheapest first
@@ -116,7 +155,7 @@ def _node_part(state: ClusterState, js: JobState) -> tuple[GroupKey, dict[str, N
         mask = ns.free_mask
         found = ns.topo.best_set(mask, count)
         for key in sorted(
-            (k for k in ns.groups if k[0][0] == k[-1][0] and _yields_to(state, k, js)),
+            (k for k in ns.groups if k[0][0] == k[-1][0] and _yields_to(state, k, js, owed)),
             key=lambda k: (len(state.groups[k]), len(k), k),
         ):
             if found is not None:

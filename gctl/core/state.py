@@ -126,6 +126,8 @@ class ClusterState:
         self.dirty: dict[GroupKey, None] = {}
         self.scattered: dict[GroupKey, None] = {}
         self.elastic: dict[str, None] = {}
+        self.backlog: dict[int, int] = {}
+        """GPUs asked for by the unfinished jobs of each size (GPU count), by size."""
         self._seq = 0
         self.total_free = 0
         self.max_size = 0
@@ -347,6 +349,7 @@ class ClusterState:
         self._seq += 1
         js = JobState(spec, seq=self._seq, since=now)
         self.jobs[spec.id] = js
+        self.backlog[spec.gpus] = self.backlog.get(spec.gpus, 0) + spec.gpus
         self._enqueue(js)
         return js
 
@@ -360,6 +363,10 @@ class ClusterState:
         js.status = JobStatus.DONE
         js.since = now
         del self.jobs[job_id]
+        size = js.spec.gpus
+        self.backlog[size] -= size
+        if not self.backlog[size]:
+            del self.backlog[size]
         return js
 
     def observe(self, job_id: str, sample: Observed) -> None:

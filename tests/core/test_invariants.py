@@ -323,9 +323,10 @@ def test_state_invariants_hold(kind: str, sizes: list[int], ops: list[tuple[Any,
 
 
 def test_the_starvation_variant_does_requeue_and_keeps_every_invariant() -> None:
-    """The checker sees requeues: a 4-GPU job starved behind 1-GPU jobs on full nodes."""
+    """The checker sees requeues: 4-GPU jobs (half of what is asked) starved behind 1-GPU jobs."""
     fill = [("submit", {"gpus": 1, "priority": Priority.NORMAL})] * 8
-    ops = [*fill, ("schedule",), ("submit", {"gpus": 4, "priority": Priority.NORMAL})]
+    big = [("submit", {"gpus": 4, "priority": Priority.NORMAL})] * 2
+    ops = [*fill, ("schedule",), *big]
     ops += [("schedule",), ("introspect", 150.0), ("schedule",)]
     run = run_ops([4, 4], ops, _gandiva_impatient)
     assert run.requeues >= 1

@@ -91,25 +91,33 @@ def test_locality_slows_a_job_spread_over_two_nodes() -> None:
 
 
 def test_a_requeued_job_keeps_its_progress_and_pays_one_restore() -> None:
-    """The starvation guard requeues a small job for a whole-node one; no work is lost."""
+    """The starvation guard requeues small jobs for a size below its share; no work is lost.
+
+    Eight 1-GPU jobs of 10 days hold the one 8-GPU node; two 4-GPU jobs ask
+    for as many GPUs, so their share is 4: after an hour the first takes four
+    GPUs, whose jobs wait (no time slicing here) until it is done, then
+    finish their work plus one restore. The second is alone in its size then,
+    its share (8 x 4 / 12 GPUs) less than one job: it waits for free GPUs.
+    """
     from gctl.sim import profiles
 
     day = 86400.0
-    jobs = _jobs([(0, 1, 10 * day), (1, 4, 1000.0)])
+    jobs = _jobs([(0, 1, 10 * day)] * 8 + [(1, 4, 1000.0)] * 2)
     perf = PerfConfig(locality=False, packing=False, overheads=True, elastic=False)
-    policy = GandivaPolicy(starvation_guard=True, starvation_limit=3600.0)
-    sim = Simulator(parse_cluster("1x4"), policy, perf, tick=60.0)
+    policy = GandivaPolicy(starvation_limit=3600.0, max_height=1.0, migration=False)
+    sim = Simulator(parse_cluster("1x8"), policy, perf, tick=60.0)
     result = sim.run(jobs)
-    assert result.metrics.counts["requeues"] == 1
-    finish = {r.job_id: r.finish for r in sim.records}
-    first = {r.job_id: r.first_run for r in sim.records}
-    started_big = first["j1"]
-    assert started_big is not None and 3601.0 <= started_big <= 3601.0 + 60.0
-    assert finish["j1"] == pytest.approx(started_big + 1000.0)
+    assert result.metrics.finished == 10 and result.metrics.counts["requeues"] == 4
+    finish = {r.job_id: r.finish or 0.0 for r in sim.records}
+    first = {r.job_id: r.first_run or 0.0 for r in sim.records}
+    started = first["j8"]
+    assert 3601.0 <= started <= 3601.0 + 60.0
+    assert finish["j8"] == pytest.approx(started + 1000.0)
+    assert first["j9"] == pytest.approx(10 * day) and finish["j9"] == pytest.approx(10 * day + 1000)
     restore = profiles.migration_cost_s("resnet18")
     assert restore > 0
-    # j0 ran until the big job came, waited 1000 s, then did the rest plus one restore
-    assert finish["j0"] == pytest.approx(10 * day + 1000.0 + restore)
+    late = sorted(finish[f"j{i}"] - 10 * day for i in range(8))
+    assert late == pytest.approx([0.0] * 4 + [1000.0 + restore] * 4, abs=1e-6)
 
 
 @pytest.mark.parametrize(("gpu", "checkpointed"), [("V100-16GB", True), ("A100-80GB", False)])

@@ -2,9 +2,9 @@
 
 Reactive (:meth:`GandivaPolicy.schedule`, on every submit, finish or node
 change): hand freed time slices on, shrink elastic jobs when queued work
-needs GPUs, make room (requeuing smaller jobs) for a job that cannot
-time-slice and starves past the limit (:mod:`gctl.core.starvation`, off by
-default), place pending jobs by Algorithm 1 (high
+needs GPUs, make room (requeuing smaller jobs) for a job of a size held
+below its share of the cluster that waited past the limit
+(:mod:`gctl.core.starvation`), place pending jobs by Algorithm 1 (high
 priority first, then in arrival order), then move time-sliced jobs onto GPUs
 that came free. The starvation check also runs every quantum, so a quiet
 cluster does not leave a starving job waiting for the next event.
@@ -45,7 +45,7 @@ class GandivaConfig:
     defrag_threshold: int = 2
     elastic: bool = True
     grow_idle_period: float = 600.0
-    starvation_guard: bool = False
+    starvation_guard: bool = True
     starvation_limit: float = 259200.0
 
     def __post_init__(self) -> None:
@@ -118,11 +118,11 @@ class GandivaPolicy:
         return out
 
     def _unstarve(self, state: ClusterState, now: float) -> list[Decision]:
-        """Make room for the first job that cannot time-slice and waited past the limit."""
+        """Make room for the first job of a size below its share that waited past the limit."""
         if not self.config.starvation_guard or not state.pending:
             return []
         starved = starvation.starving(state, now, self.config.starvation_limit)
-        return [] if starved is None else starvation.make_room(state, starved, now)
+        return [] if starved is None else starvation.make_room(state, *starved, now)
 
     def _place_pending(self, state: ClusterState, now: float) -> list[Decision]:
         """Algorithm 1 for each pending job, high priority first, then in arrival order.
