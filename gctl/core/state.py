@@ -140,6 +140,7 @@ class ClusterState:
         self._slice_group: dict[GroupKey, tuple[tuple[int, int], int]] = {}
         self._stale_groups: dict[GroupKey, None] = {}
         self._waiting: dict[int, list[tuple[int, int, str]]] = {}
+        self._best_spread: dict[int, Spread] = {}
         topologies: dict[tuple[object, ...], Topology] = {}
         for node in cluster.nodes:
             if node.name in self.nodes:
@@ -335,6 +336,18 @@ class ClusterState:
         if gpus[0][0] != gpus[-1][0]:
             return Spread.CROSS_NODE
         return self.nodes[gpus[0][0]].topo.spread(tuple(i for _, i in gpus))
+
+    def best_spread(self, count: int) -> Spread:
+        """The tightest locality class any node offers a set of ``count`` GPUs."""
+        best = self._best_spread.get(count)
+        if best is None:
+            best = Spread.SINGLE if count <= 1 else Spread.CROSS_NODE
+            for topo in {id(ns.topo): ns.topo for ns in self.nodes.values()}.values():
+                found = topo.best_set((1 << topo.size) - 1, count) if count > 1 else None
+                if found is not None:
+                    best = min(best, topo.spread(found))
+            self._best_spread[count] = best
+        return best
 
     def cluster_height(self) -> float:
         """Gandiva cluster height: the highest node height."""

@@ -5,7 +5,11 @@ alone and well placed. Its speed (ideal seconds of work per second) is 1.0
 there and is multiplied by:
 
 - a locality factor when its GPUs span PCIe switches, sockets or nodes
-  (per model, :func:`gctl.sim.profiles.locality_factor`);
+  further apart than they need to (per model,
+  :func:`gctl.sim.profiles.locality_factor`, over the factor of the tightest
+  set the cluster offers a job of its size: the trace's duration was
+  measured on such a set, so an 8-GPU job on a whole 8-GPU node or a 16-GPU
+  job on two whole nodes runs at full speed);
 - its packed speed when it shares its GPUs with a concurrently running job
   (measured pair throughputs, :func:`gctl.sim.profiles.packed_speeds`);
 - an elastic factor ``(held / asked) ** elastic_exponent`` when it was grown
@@ -49,7 +53,7 @@ def speed(state: ClusterState, js: JobState, prof: profiles.ModelProfile, cfg: P
         return 0.0
     rate = 1.0
     if cfg.locality:
-        rate *= prof.locality[state.spread(js.gpus)]
+        rate *= prof.locality[state.spread(js.gpus)] / prof.locality[state.best_spread(js.held)]
     if js.held != js.spec.gpus:
         ratio = js.held / js.spec.gpus
         rate *= ratio**cfg.elastic_exponent if cfg.elastic else min(ratio, 1.0)

@@ -58,7 +58,9 @@ Where the numbers come from
     each, 1.2 aggregate: inside the -16 %..+46 % aggregate change Gandiva
     measured for "medium" jobs (DESIGN §2.1), a little above its midpoint.
 ``locality``
-    Speed multiplier by how far apart the job's GPUs are. SINGLE and
+    Speed multiplier by how far apart the job's GPUs are (the simulator
+    divides it by the factor of the tightest set the cluster has for the
+    job's size, see :mod:`gctl.sim.perf`). SINGLE and
     SAME_SWITCH are 1.0 (no slowdown; Gandiva's slowdown of two LM jobs on one
     PCIe switch is interference between jobs, not the placement of one).
     Defaults: SAME_SOCKET 0.95, CROSS_SOCKET 0.85, CROSS_NODE 0.7 (the 30 %
