@@ -521,7 +521,15 @@ class ClusterState:
                 js.first_run = now
 
     def _enqueue(self, js: JobState) -> None:
-        self.pending.setdefault((int(js.spec.priority), js.spec.gpus), {})[js.id] = None
+        """Queue ``js`` in its bucket in arrival order: a requeued job goes before later ones."""
+        bucket = self.pending.setdefault((int(js.spec.priority), js.spec.gpus), {})
+        last = next(reversed(bucket), None)
+        bucket[js.id] = None
+        if last is not None and self.jobs[last].seq > js.seq:
+            order = sorted(bucket, key=lambda j: self.jobs[j].seq)
+            bucket.clear()
+            bucket.update(dict.fromkeys(order))
+
 
     def _dequeue(self, js: JobState) -> None:
         key = (int(js.spec.priority), js.spec.gpus)

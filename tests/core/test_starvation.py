@@ -149,6 +149,16 @@ def test_requeue_keeps_the_job_and_frees_its_gpus() -> None:
         state.commit([Requeue("a", "again")], 6.0)
 
 
+def test_a_requeued_job_waits_in_its_arrival_place() -> None:
+    """A displaced job goes back before the jobs of its size that arrived after it."""
+    state = new_state(4)
+    put(state, "a", "n0", (0, 1))
+    for k, job in enumerate(("b", "c")):
+        submit(state, job, 2, 1.0 + k)
+    state.commit([Requeue("a", "test")], 5.0)
+    assert list(state.pending[(int(Priority.NORMAL), 2)]) == ["a", "b", "c"]
+
+
 def test_a_job_smaller_than_a_node_takes_only_the_gpus_it_needs() -> None:
     state = new_state(8)
     policy = gandiva(starvation_limit=DAY)
