@@ -46,6 +46,19 @@ def can_take_turns(state: ClusterState, key: GroupKey, jobs: Sequence[JobState])
     return frozen + running <= gpu_mem(state, key)
 
 
+def can_run_together(state: ClusterState, key: GroupKey, cohort: Sequence[JobState]) -> bool:
+    """Whether ``cohort`` can run at once on the set while its other jobs wait their turn.
+
+    The waiting jobs hold their memory when all of the set's jobs fit at
+    once (frozen), else only those that cannot checkpoint do.
+    """
+    members = [state.jobs[m] for m in state.groups[key]]
+    if all_frozen_fit(state, key, members):
+        return True
+    held = [j for j in members if j not in cohort and not j.spec.can_checkpoint]
+    return sum(job_mem(j) for j in [*held, *cohort]) <= gpu_mem(state, key)
+
+
 def suspend_by_checkpoint(state: ClusterState, js: JobState) -> bool:
     """Whether ``js`` must give its GPU memory back to wait for its turn on its set.
 

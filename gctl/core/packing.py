@@ -2,21 +2,24 @@
 
 Under overload, jobs waiting for their time slice are taken lowest GPU
 utilisation first and packed onto the running exclusive job with the lowest
-utilisation whose GPUs fit both jobs' memory. A pack is kept only while its
-measured aggregate progress (each job's rate over its rate alone, summed)
-beats time slicing, which gives the pair 1.0 at best; otherwise the job of
-lower priority (the newer one between equals) is unpacked and the pair is not
-tried again. Packing never takes a node above the height time slicing may
-reach.
+utilisation whose GPUs fit both jobs' memory. Where no exclusive job is left
+to pack onto, the jobs taking turns on one set take them in pairs when the
+two fit together (:func:`turn_partner`), judged the same way. A pack is
+kept only while its measured aggregate progress (each job's rate over its
+rate alone, summed) beats time slicing, which gives the pair 1.0 at best,
+and no job in it runs slower than its time slice would let it (:func:`pays`);
+otherwise the job of lower priority (the newer one between equals) is
+unpacked and the pair is not tried again. Packing never takes a node above
+the height time slicing may reach.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gctl.core.decisions import Decision, Pack, Unpack
-from gctl.core.memory import all_frozen_fit
+from gctl.core.memory import all_frozen_fit, can_run_together
 from gctl.core.model import JobStatus
 from gctl.core.state import ClusterState, GroupKey, JobState
 
@@ -33,18 +36,71 @@ class PackingMemory:
             self.bad_pairs = {p for p in self.bad_pairs if all(j in live for j in p)}
 
 
-def aggregate_speed(state: ClusterState, key: GroupKey) -> float | None:
-    """Sum of members' progress relative to running alone, once all were measured packed."""
-    total = 0.0
-    for m in state.groups[key]:
-        js = state.jobs[m]
-        obs = js.observed
-        if obs is None or js.solo_rate is None or js.packed_at is None or obs.at < js.packed_at:
+@dataclass(frozen=True, slots=True)
+class TurnPacking:
+    """How time-sliced sets pack their turns: the limits and the pairs found not to pay."""
+
+    memory: PackingMemory
+    util_limit: float
+    keep_above: float
+
+
+def turn_partner(
+    state: ClusterState, key: GroupKey, first: JobState, cand: JobState, packing: TurnPacking
+) -> bool:
+    """Whether ``cand`` may run its turn on set ``key`` beside ``first``, packed.
+
+    Both must have been profiled, their utilisations fit ``util_limit``
+    together, the pair not be known not to pay, and their memory fit beside
+    what the waiting jobs hold.
+    """
+    a, b = first.observed, cand.observed
+    return (
+        a is not None
+        and b is not None
+        and a.gpu_util + b.gpu_util <= packing.util_limit
+        and frozenset((first.id, cand.id)) not in packing.memory.bad_pairs
+        and can_run_together(state, key, (first, cand))
+    )
+
+
+def judge_turn_pack(runners: list[JobState], packing: TurnPacking) -> None:
+    """Remember a pair that ran its turn packed as not paying, once measured, if it did not.
+
+    Measured means both were sampled after the later of them resumed.
+    """
+    if len(runners) != 2:
+        return
+    since = max(r.last_resumed for r in runners)
+    rates = _rates(runners, lambda _: since)
+    if rates is not None and not pays(rates, packing.keep_above):
+        packing.memory.bad_pairs.add(frozenset(r.id for r in runners))
+
+
+def pack_rates(state: ClusterState, key: GroupKey) -> list[float] | None:
+    """Each member's progress relative to running alone, once all were measured packed."""
+    return _rates([state.jobs[m] for m in state.groups[key]], lambda js: js.packed_at)
+
+
+def _rates(jobs: list[JobState], since: Callable[[JobState], float | None]) -> list[float] | None:
+    out: list[float] = []
+    for js in jobs:
+        obs, start = js.observed, since(js)
+        if obs is None or start is None or obs.at < start or not js.solo_rate:
             return None
-        if js.solo_rate <= 0:
-            return None
-        total += obs.progress_rate / js.solo_rate
-    return total
+        out.append(obs.progress_rate / js.solo_rate)
+    return out
+
+
+def pays(rates: list[float], keep_above: float) -> bool:
+    """Whether a measured pack beats time slicing, for the pack and for each of its jobs.
+
+    Its aggregate progress must be above ``keep_above`` (time slicing gives
+    1.0 at best), and no job may progress slower than its time slice would
+    let it (1/n of its speed alone): a pack where one job gains what the
+    other loses would stretch the loser to the end of the queue.
+    """
+    return sum(rates) > keep_above and min(rates) >= 1.0 / len(rates)
 
 
 def _height_allows(state: ClusterState, src: GroupKey, dst: GroupKey, max_height: float) -> bool:
@@ -64,18 +120,22 @@ def _height_allows(state: ClusterState, src: GroupKey, dst: GroupKey, max_height
 def review_packs(
     state: ClusterState, now: float, memory: PackingMemory, keep_above: float
 ) -> list[Decision]:
-    """Unpack every measured pack whose aggregate speed is not above ``keep_above``."""
+    """Unpack every measured pack that does not pay (:func:`pays`)."""
     out: list[Decision] = []
     for key in list(state.shared):
         members = state.groups[key]
         if not all(state.jobs[m].status is JobStatus.RUNNING for m in members):
             continue
-        agg = aggregate_speed(state, key)
-        if agg is None or agg > keep_above:
+        rates = pack_rates(state, key)
+        if rates is None or pays(rates, keep_above):
             continue
         victim = min(members, key=lambda m: (state.jobs[m].spec.priority, -state.jobs[m].since))
         memory.bad_pairs.add(frozenset(members))
-        reason = f"packed aggregate speed {agg:.2f} <= {keep_above:.2f} of time slicing"
+        speeds = " + ".join(f"{r:.2f}" for r in rates)
+        reason = (
+            f"packed speeds {speeds} of alone do not beat time slicing"
+            f" ({keep_above:.2f} in all, {1 / len(rates):.2f} each)"
+        )
         out += state.commit([Unpack(victim, reason)], now)
     return out
 

@@ -10,11 +10,12 @@ Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
    jobs), or several nodes, most free first, when no single node fits;
 4. else, when no GPU is free, the lowest node of affinity g is
    oversubscribed: the job joins the GPU set there with the fewest jobs and
-   they take turns (never joining a set that holds higher-priority work, and
-   never pushing a node above ``max_height``, counting its free GPUs as
-   used, since any job may take them later; jobs that do not fit the set's
-   GPU memory together wait for their turn checkpointed, and a set where
-   that cannot be is passed over);
+   they take turns (never joining a set that holds higher-priority work,
+   never putting more than ``max_height`` (rounded up) jobs on one set,
+   and never pushing a node above ``max_height``, counting its free GPUs
+   as used, since any job may take them later; jobs that do not fit the set's GPU memory
+   together wait for their turn checkpointed, and a set where that cannot
+   be is passed over);
 5. else the job is queued.
 
 Inside a node the job gets the best-connected free GPU set (topology link
@@ -24,6 +25,7 @@ time-sliced, since that would need every node in the set to turn together.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from gctl.core import memory
@@ -102,7 +104,8 @@ def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> Gro
     count = js.spec.gpus
     if count > state.max_size:
         return None
-    for ns, key in state.slice_targets(count, int(js.spec.priority)):
+    cap = math.ceil(max_height)
+    for ns, key in state.slice_targets(count, int(js.spec.priority), cap):
         if ns.affinity != count:
             continue
         if ns.load + ns.free + count > max_height * ns.size:

@@ -134,7 +134,9 @@ class ClusterState:
         self._by_aff_height: dict[int, dict[float, dict[str, None]]] = {}
         self._by_free: dict[int, dict[str, None]] = {}
         self._keys: dict[str, tuple[int, float, int]] = {}
-        self._slice_index: dict[tuple[int, int], dict[float, dict[str, None]]] = {}
+        self._slice_index: dict[tuple[int, int, int], dict[float, dict[str, None]]] = {}
+        """Time-slice targets by (GPU count, top priority, members of the node's
+        fewest-member such set), then node height."""
         self._slice_keys: dict[str, tuple[float, dict[tuple[int, int], tuple[int, GroupKey]]]] = {}
         self._slice_stale: dict[str, None] = {}
         self._slice_group: dict[GroupKey, tuple[tuple[int, int], int]] = {}
@@ -189,16 +191,20 @@ class ClusterState:
             for name in by_height[height]:
                 yield self.nodes[name]
 
-    def slice_targets(self, count: int, priority: int) -> Iterator[tuple[NodeState, GroupKey]]:
+    def slice_targets(
+        self, count: int, priority: int, max_members: int
+    ) -> Iterator[tuple[NodeState, GroupKey]]:
         """Where a job of ``priority`` may time-slice into a ``count``-GPU set, node by node.
 
-        Such a set lies on one node, holds no job of higher priority and is
-        not a pack whose members all run. Nodes come lowest height first,
-        each with its set of fewest members (then lowest top priority).
+        Such a set lies on one node, holds no job of higher priority, is not
+        a pack whose members all run and has fewer than ``max_members``
+        jobs. Nodes come lowest height first, each with its set of fewest
+        members (then lowest top priority).
         """
         self._refresh_slices()
         kinds = [(count, p) for p in range(int(priority) + 1)]
-        indexes = [self._slice_index[k] for k in kinds if k in self._slice_index]
+        buckets = [(c, p, m) for c, p in kinds for m in range(1, max_members)]
+        indexes = [self._slice_index[b] for b in buckets if b in self._slice_index]
         if not indexes:
             return
         heights = sorted(set().union(*indexes)) if len(indexes) > 1 else sorted(indexes[0])
@@ -266,13 +272,14 @@ class ClusterState:
             old = self._slice_keys.pop(name, None)
             if old is not None:
                 height, kinds = old
-                for kind in kinds:
-                    by_height = self._slice_index[kind]
+                for (gpus, top), (fewest, _) in kinds.items():
+                    bucket = (gpus, top, fewest)
+                    by_height = self._slice_index[bucket]
                     del by_height[height][name]
                     if not by_height[height]:
                         del by_height[height]
                     if not by_height:
-                        del self._slice_index[kind]
+                        del self._slice_index[bucket]
             ns = self.nodes[name]
             if not ns.open:
                 continue
@@ -287,8 +294,9 @@ class ClusterState:
                     found[kind] = rank
             if found:
                 height = ns.height
-                for kind in found:
-                    self._slice_index.setdefault(kind, {}).setdefault(height, {})[name] = None
+                for (gpus, top), (fewest, _) in found.items():
+                    bucket = (gpus, top, fewest)
+                    self._slice_index.setdefault(bucket, {}).setdefault(height, {})[name] = None
                 self._slice_keys[name] = (height, found)
         self._slice_stale.clear()
 
@@ -460,6 +468,12 @@ class ClusterState:
             case Resume():
                 self._expect(js, JobStatus.SUSPENDED)
                 self._set(js, JobStatus.RUNNING, now)
+                members = self.groups[js.gpus]
+                if len(members) > 1 and all(
+                    self.jobs[m].status is JobStatus.RUNNING for m in members
+                ):
+                    for m in members:  # a turn taken packed that left nobody waiting: a pack
+                        self.jobs[m].packed_at = now
             case Pack(gpus=gpus):
                 self._leave(js)
                 self._join(js, gpus, now)
@@ -529,7 +543,6 @@ class ClusterState:
             order = sorted(bucket, key=lambda j: self.jobs[j].seq)
             bucket.clear()
             bucket.update(dict.fromkeys(order))
-
 
     def _dequeue(self, js: JobState) -> None:
         key = (int(js.spec.priority), js.spec.gpus)

@@ -2,27 +2,37 @@
 
 Only the jobs of the highest priority present on a set take turns; lower
 ones wait, so a high-priority job is never suspended for a lower one. A
-running job keeps its turn for at least one quantum. A job that can
+running job keeps its turn for at least one quantum. Light jobs take their
+turns two at a time, packed, when Gandiva's packing rules let the pair run
+together (:mod:`gctl.core.packing`). A job that can
 checkpoint waits for its turn checkpointed when the set's jobs do not fit in
 its GPU memory all at once (:mod:`gctl.core.memory`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from gctl.core import memory
 from gctl.core.decisions import Decision, Resume, Suspend
 from gctl.core.model import JobStatus
+from gctl.core.packing import TurnPacking, judge_turn_pack, turn_partner
 from gctl.core.state import ClusterState, GroupKey
 
 
-def next_in_turn(state: ClusterState, key: GroupKey, after: str | None) -> str | None:
-    """The top-priority member after ``after`` in cyclic order (the first one when None)."""
+def next_in_turn(
+    state: ClusterState, key: GroupKey, after: str | None, skip: Collection[str] = ()
+) -> str | None:
+    """The top-priority member after ``after`` in cyclic order (the first one when None).
+
+    Members in ``skip`` are passed over.
+    """
     members = state.groups[key]
     top = max(int(state.jobs[m].spec.priority) for m in members)
     start = members.index(after) + 1 if after in members else 0
     for i in range(len(members)):
         cand = members[(start + i) % len(members)]
-        if cand != after and int(state.jobs[cand].spec.priority) == top:
+        if cand != after and cand not in skip and int(state.jobs[cand].spec.priority) == top:
             return cand
     return None
 
@@ -41,43 +51,51 @@ def resume_idle_sets(state: ClusterState, now: float) -> list[Decision]:
 
 
 def rotate(
-    state: ClusterState, now: float, quantum: float, checkpoint_quantum: float
+    state: ClusterState,
+    now: float,
+    quantum: float,
+    checkpoint_quantum: float,
+    packing: TurnPacking | None = None,
 ) -> list[Decision]:
-    """Hand each time-sliced set to its next job once the runner has used its quantum.
+    """Hand each time-sliced set to its next job(s) once the runners have used their quantum.
 
-    The quantum is ``checkpoint_quantum`` for a runner that will wait
+    The quantum is ``checkpoint_quantum`` when a runner will wait
     checkpointed: its next turn is a restart, which costs seconds where a
     thaw costs milliseconds, so its turns are longer to keep the cost as
-    small a share of them.
+    small a share of them. With ``packing``, the next job takes its turn
+    together with the one after it when the two may pack
+    (:func:`gctl.core.packing.turn_partner`).
     """
     out: list[Decision] = []
     jobs = state.jobs
     for key in list(state.shared):
         members = state.groups[key]
-        current = None
-        for m in members:
-            js = jobs[m]
-            if js.status is JobStatus.RUNNING:
-                if current is not None:
-                    current = None
-                    break
-                current = js
-        if current is None:
+        runners = [jobs[m] for m in members if jobs[m].status is JobStatus.RUNNING]
+        if not runners or len(runners) == len(members):
             continue
-        by_checkpoint = memory.suspend_by_checkpoint(state, current)
-        turn = checkpoint_quantum if by_checkpoint else quantum
-        if now - current.last_resumed < turn:
+        by_checkpoint = {r.id: memory.suspend_by_checkpoint(state, r) for r in runners}
+        turn = checkpoint_quantum if any(by_checkpoint.values()) else quantum
+        latest = max(runners, key=lambda r: r.last_resumed)
+        if now - latest.last_resumed < turn:
             continue
-        nxt = next_in_turn(state, key, current.id)
-        if nxt is None:
+        first = next_in_turn(state, key, latest.id, {r.id for r in runners})
+        if first is None:
             continue
-        waiting = len(members) - 1
-        why = f"quantum {turn:g}s used; {waiting} job(s) share its GPUs"
-        out += state.commit(
-            [
-                Suspend(current.id, why, by_checkpoint),
-                Resume(nxt, f"round-robin turn on {key[0][0]}"),
-            ],
-            now,
-        )
+        cohort = [jobs[first]]
+        if packing is not None:
+            judge_turn_pack(runners, packing)
+            second = next_in_turn(state, key, first)
+            if second is not None and turn_partner(state, key, cohort[0], jobs[second], packing):
+                cohort.append(jobs[second])
+        why = f"quantum {turn:g}s used; {len(members) - 1} job(s) share its GPUs"
+        decisions: list[Decision] = [
+            Suspend(r.id, why, by_checkpoint[r.id]) for r in runners if r not in cohort
+        ]
+        turn_why = f"round-robin turn on {key[0][0]}"
+        for c in cohort:
+            if c.status is not JobStatus.RUNNING:
+                partner = [o.id for o in cohort if o is not c]
+                extra = f", packed with job {partner[0]}" if partner else ""
+                decisions.append(Resume(c.id, turn_why + extra))
+        out += state.commit(decisions, now)
     return out

@@ -157,14 +157,14 @@ class Simulator:
         js = self.state.finish(job_id, now)
         spec = run.job.spec
         self.records.append(JobRecord(job_id, spec.gpus, spec.submit_time, js.first_run, now))
-        self._refresh({run.key: True}, {}, now)
+        self._refresh({run.key: None}, {}, now)
 
     # ---- the one place decisions take effect --------------------------
 
     def _effects(self, decisions: list[Decision], now: float) -> None:
         """Charge overheads, count decisions, and re-time every job they touched."""
         touched: dict[str, None] = {}
-        keys: dict[GroupKey, bool] = {}
+        keys: dict[GroupKey, None] = {}
         for d in decisions:
             self.counters.count(d)
             run = self.runs[d.job_id]
@@ -180,20 +180,18 @@ class Simulator:
                 run.work_left += run.move_cost
             run.stale = True
             touched[d.job_id] = None
-            regrouped = kind is not Suspend and kind is not Resume
-            keys[run.key] = keys.get(run.key, False) or regrouped
-            keys[gpus] = keys.get(gpus, False) or regrouped
+            keys[run.key] = keys[gpus] = None
             run.key = gpus
         self._refresh(keys, touched, now)
 
-    def _refresh(self, keys: dict[GroupKey, bool], touched: dict[str, None], now: float) -> None:
-        """Recount busy GPUs of changed groups and re-time ``touched`` jobs.
+    def _refresh(self, keys: dict[GroupKey, None], touched: dict[str, None], now: float) -> None:
+        """Recount busy GPUs of the changed groups ``keys`` and re-time their members.
 
-        When a group's membership changed (``keys[key]`` true), every member
-        is re-timed: a pack partner's speed depends on who else runs there.
-        A time-slice turn (suspend/resume) only changes the two jobs involved.
+        Every member is re-timed, with the ``touched`` jobs: a job's speed
+        depends on who else runs on its GPUs, and a time-slice turn may hand
+        a runner a new pack partner.
         """
-        for key, regrouped in keys.items():
+        for key in keys:
             if not key:
                 continue
             self.busy -= self.busy_groups.pop(key, 0)
@@ -201,8 +199,7 @@ class Simulator:
             if any(self.state.jobs[m].status is JobStatus.RUNNING for m in members):
                 self.busy_groups[key] = len(key)
                 self.busy += len(key)
-            if regrouped:
-                touched.update(dict.fromkeys(members))
+            touched.update(dict.fromkeys(members))
         for job_id in touched:
             if job_id in self.runs:
                 self._retime(job_id, now)

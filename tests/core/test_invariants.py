@@ -234,10 +234,12 @@ def check(run: Run, *, after_pass: bool) -> None:
                 if top <= prio and not packed:
                     rank = (len(jobs), top, key)
                     expect[ns.name] = min(expect.get(ns.name, rank), rank)
-            targets = list(state.slice_targets(count, prio))
-            assert {ns.name: key for ns, key in targets} == {n: r[2] for n, r in expect.items()}
-            heights = [ns.height for ns, _ in targets]
-            assert heights == sorted(heights)
+            for cap in (3, 1000):
+                targets = list(state.slice_targets(count, prio, cap))
+                want = {n: r[2] for n, r in expect.items() if r[0] < cap}
+                assert {ns.name: key for ns, key in targets} == want
+                heights = [ns.height for ns, _ in targets]
+                assert heights == sorted(heights)
     listed = list(state.nodes_with_free(1))
     assert {ns.name for ns in listed} == {ns.name for ns in up if ns.free >= 1}
     frees = [ns.free for ns in listed]

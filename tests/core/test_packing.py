@@ -5,7 +5,7 @@ from __future__ import annotations
 from corekit import gandiva, new_state, observe, of_type, submit
 
 from gctl.core import packing
-from gctl.core.decisions import Migrate, Pack, Suspend, Unpack
+from gctl.core.decisions import Migrate, Pack, Resume, Suspend, Unpack
 from gctl.core.model import JobStatus, Priority, ShareMode
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.core.state import ClusterState
@@ -128,13 +128,27 @@ def test_aggregate_exactly_one_is_unpacked() -> None:
     assert [u.job_id for u in of_type(out, Unpack)] == ["b"]
 
 
+def test_a_pack_one_job_pays_for_is_unpacked() -> None:
+    """0.2 + 0.95 beats time slicing in all, but b would run slower than in its time slice."""
+    state, policy = _overloaded()
+    policy.introspect(state, 10.0)
+    observe(state, "b", 20.0, rate=2.0)
+    observe(state, "d", 20.0, rate=9.5)
+    out = policy.introspect(state, 30.0)
+    [unpack] = of_type(out, Unpack)
+    assert unpack.job_id == "b"
+    assert unpack.reason == (
+        "packed speeds 0.95 + 0.20 of alone do not beat time slicing (1.00 in all, 0.50 each)"
+    )
+
+
 def test_samples_from_before_the_pack_do_not_judge_it() -> None:
     state, policy = _overloaded()
     policy.introspect(state, 10.0)
     observe(state, "b", 20.0, rate=1.0)  # d's last sample predates the pack
     out = policy.introspect(state, 30.0)
     assert not of_type(out, Unpack)
-    assert packing.aggregate_speed(state, state.jobs["d"].gpus) is None
+    assert packing.pack_rates(state, state.jobs["d"].gpus) is None
 
 
 def test_bad_pair_is_never_packed_again() -> None:
@@ -175,7 +189,7 @@ def test_pack_of_job_that_only_ran_time_sliced_is_still_judged() -> None:
 
     ClusterState.observe sets ``solo_rate`` only when the job's GPU set has a
     single member, so a job placed straight into time slicing never gets one;
-    aggregate_speed then returns None for its pack and a losing pack is kept
+    pack_rates then returns None for its pack and a losing pack is kept
     forever.
     """
     state = new_state(2)
@@ -189,12 +203,16 @@ def test_pack_of_job_that_only_ran_time_sliced_is_still_judged() -> None:
     policy.schedule(state, 5.0)
     assert state.members(state.jobs["c"].gpus) == ["a", "c"]
     observe(state, "c", 6.0, util=0.2, rate=10.0)  # c runs its time slice, alone
-    out = policy.introspect(state, 65.0)  # c's quantum is over; c waits and gets packed
-    assert [(p.job_id, p.with_jobs) for p in of_type(out, Pack)] == [("c", ("t",))]
+    out = policy.introspect(state, 65.0)  # c's quantum is over; a takes its turn beside c
+    assert [(r.job_id, r.reason) for r in of_type(out, Resume)] == [
+        ("a", "round-robin turn on n0, packed with job c")
+    ]
+    assert not of_type(out, Suspend)
+    assert state.mode_of("c") is ShareMode.PACKED
     observe(state, "c", 70.0, util=0.2, rate=3.0)
-    observe(state, "t", 70.0, util=0.2, rate=3.0)  # 0.3 + 0.3 of solo speed
+    observe(state, "a", 70.0, util=0.2, rate=3.0)  # 0.3 + 0.3 of solo speed
     out = policy.introspect(state, 80.0)
-    assert [u.job_id for u in of_type(out, Unpack)] == ["c"]
+    assert [u.job_id for u in of_type(out, Unpack)] == ["a"]  # the one that joined the pack
 
 
 def test_unpack_never_suspends_high_job_beside_a_running_normal_one() -> None:

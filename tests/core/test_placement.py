@@ -221,6 +221,24 @@ def test_step4_never_exceeds_max_height() -> None:
         assert ns.load <= 1.5 * ns.size
 
 
+def test_step4_never_puts_more_than_max_height_jobs_on_one_set() -> None:
+    """A node held mostly by one exclusive job has height to spare, but one GPU takes turns.
+
+    n0's 3-GPU job leaves its height at 1 with a single 1-GPU set: the node
+    could take twelve more jobs there, but that set would hand each of them
+    a thirteenth of a GPU. At most four (``max_height``) share it.
+    """
+    state = new_state(4)
+    put(state, "a", "n0", (0,))
+    put(state, "w", "n0", (1, 2, 3))
+    policy = gandiva(max_height=4.0)
+    for k in range(5):
+        submit(state, f"x{k}", 1, float(k))
+        policy.schedule(state, float(k))
+    assert state.members((("n0", 0),)) == ["a", "x0", "x1", "x2"]
+    assert [j for j in ("x3", "x4") if state.jobs[j].status is JobStatus.PENDING] == ["x3", "x4"]
+
+
 def test_step4_heterogeneous_nodes_use_room_below_max_height() -> None:
     """A 2-GPU node at its max height must not hide a 4-GPU node below it.
 

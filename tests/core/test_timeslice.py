@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corekit import gandiva, new_state, of_type, put, submit
+from corekit import gandiva, new_state, observe, of_type, put, submit
 
 from gctl.core.decisions import Place, Resume, Suspend
 from gctl.core.model import JobStatus, Priority, ShareMode
@@ -151,3 +151,71 @@ def test_introspect_also_hands_on_a_freed_slice() -> None:
     state.finish("b", 5.0)
     out = policy.introspect(state, 6.0)
     assert [(type(d), d.job_id) for d in out] == [(Resume, "a")]
+
+
+def _profiled_three(
+    util: float, mem: int = 1000, **kw: object
+) -> tuple[ClusterState, GandivaPolicy]:
+    """a, b and c take turns on one GPU, each seen alone at ``util``, ``mem`` MB and 10 steps/s."""
+    state = new_state(1)
+    policy = gandiva(quantum=60.0, checkpoint_quantum=60.0)
+    put(state, "a", "n0", (0,), **kw)
+    observe(state, "a", 0.5, util=util, mem=mem)
+    for t, job in ((1.0, "b"), (2.0, "c")):
+        submit(state, job, 1, t, **kw)
+        policy.schedule(state, t)
+        if state.jobs[job].status is JobStatus.RUNNING:
+            observe(state, job, t + 0.5, util=util, mem=mem)
+    return state, policy
+
+
+def _turns(state: ClusterState, policy: GandivaPolicy, count: int) -> list[set[str]]:
+    turns = []
+    for k in range(1, count + 1):
+        policy.introspect(state, 2.0 + 60.0 * k)
+        turns.append(set(_runner(state)))
+    return turns
+
+
+def test_light_jobs_take_their_turns_two_at_a_time() -> None:
+    state, policy = _profiled_three(util=0.3)
+    out = policy.introspect(state, 62.0)
+    assert [(type(d), d.job_id) for d in out] == [(Suspend, "c"), (Resume, "a"), (Resume, "b")]
+    assert out[2].reason == "round-robin turn on n0, packed with job a"
+    turns = [{"a", "b"}, *_turns(state, policy, 5)[1:]]
+    assert turns == [{"a", "b"}, {"a", "c"}, {"b", "c"}, {"a", "b"}, {"a", "c"}]
+    assert all(state.mode_of(j) is ShareMode.TIMESLICED for j in "abc")
+
+
+def test_heavy_jobs_take_their_turns_alone() -> None:
+    state, policy = _profiled_three(util=0.6)  # 0.6 + 0.6 > pack_util_limit 1.0
+    assert [len(t) for t in _turns(state, policy, 6)] == [1] * 6
+
+
+def test_a_pair_that_does_not_pay_never_takes_a_turn_together_again() -> None:
+    state, policy = _profiled_three(util=0.3)
+    policy.introspect(state, 62.0)  # a and b run packed
+    for job in "ab":
+        observe(state, job, 70.0, util=0.3, rate=4.0)  # 0.4 + 0.4 of their solo 10/s
+    policy.introspect(state, 122.0)
+    assert frozenset("ab") in policy._memory.bad_pairs
+    assert {"a", "b"} not in _turns(state, policy, 9)
+
+
+def test_a_pair_one_job_pays_for_never_takes_a_turn_together_again() -> None:
+    state, policy = _profiled_three(util=0.3)
+    policy.introspect(state, 62.0)  # a and b run packed
+    observe(state, "a", 70.0, util=0.3, rate=9.0)
+    observe(state, "b", 70.0, util=0.3, rate=3.0)  # 1.2 in all, but b at 0.3 < 0.5
+    policy.introspect(state, 122.0)
+    assert frozenset("ab") in policy._memory.bad_pairs
+
+
+def test_a_pair_must_fit_beside_what_the_waiting_jobs_hold() -> None:
+    # 3 x 7,000 MB does not fit 16,384: the waiting job must give its memory back.
+    state, policy = _profiled_three(util=0.3, mem=7000, can_checkpoint=True)
+    out = policy.introspect(state, 62.0)
+    assert [(type(d), d.job_id) for d in out] == [(Suspend, "c"), (Resume, "a"), (Resume, "b")]
+    assert of_type(out, Suspend)[0].checkpoint
+    state, policy = _profiled_three(util=0.3, mem=9000, can_checkpoint=True)
+    assert [len(t) for t in _turns(state, policy, 3)] == [1, 1, 1]  # 18,000 MB together

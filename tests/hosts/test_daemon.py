@@ -256,7 +256,7 @@ def test_a_pack_that_loses_to_time_slicing_is_undone(
     _wait("a pack undone", lambda: any("job.unpack" in _kinds(host_store, j) for j in ids))
     with transaction(host_store.engine, write=False) as s:
         undone = s.scalars(select(EventRow).where(EventRow.kind == "job.unpack")).all()
-    assert all("aggregate speed" in e.message for e in undone), [e.message for e in undone]
+    assert all("do not beat time slicing" in e.message for e in undone), [e.message for e in undone]
     _wait(
         "all completed",
         lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),

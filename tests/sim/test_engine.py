@@ -99,6 +99,16 @@ def test_a_job_larger_than_a_node_on_whole_nodes_runs_at_full_speed() -> None:
     assert result.metrics.avg_jct == pytest.approx(1000.0)
 
 
+def test_light_jobs_sharing_one_gpu_take_their_turns_packed() -> None:
+    # Unknown models pack at 0.6 of their speed each: pairs of turns do 1.2 GPUs of work.
+    jobs = _jobs([(0, 1, 86400.0), (1, 1, 86400.0), (2, 1, 86400.0)], model=None)
+    packed = Simulator(parse_cluster("1x1"), GandivaPolicy(), PerfConfig()).run(jobs)
+    alone = Simulator(parse_cluster("1x1"), GandivaPolicy(packing=False), PerfConfig()).run(jobs)
+    assert alone.metrics.makespan >= 3 * 86400.0
+    assert packed.metrics.makespan < 0.9 * 3 * 86400.0
+    assert packed.metrics.finished == 3
+
+
 def test_a_requeued_job_keeps_its_progress_and_pays_one_restore() -> None:
     """The starvation guard requeues small jobs for a size below its share; no work is lost.
 

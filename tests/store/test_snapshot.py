@@ -11,7 +11,7 @@ from storekit import bulk_nodes, node, on_gpus, req
 
 from gctl.core.decisions import Place, Queue, Resume, Suspend
 from gctl.core.model import Cluster, JobClass, JobSpec, JobStatus, Node, Priority, ShareMode
-from gctl.core.packing import aggregate_speed
+from gctl.core.packing import pack_rates
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.core.state import ClusterState
 from gctl.services import db, jobs, nodes, queue
@@ -202,7 +202,7 @@ def test_running_packed_timesliced_and_suspended_jobs(store: db.Store) -> None:
     assert packed.solo_rate == 10.0
     assert state.jobs[_id(pk2)].solo_rate is None  # never measured alone
     assert state.jobs[_id(ts2)].solo_rate == 8.0  # measured during its own turn
-    assert aggregate_speed(state, (("a1", 2),)) is None
+    assert pack_rates(state, (("a1", 2),)) is None
     assert state.jobs[_id(big)].observed is None
 
 

@@ -162,7 +162,12 @@ class GandivaPolicy:
         if freed:
             out += freed + self._place_pending(state, now)
         if cfg.timeslicing:
-            out += timeslice.rotate(state, now, cfg.quantum, cfg.checkpoint_quantum)
+            turns = (
+                packing.TurnPacking(self._memory, cfg.pack_util_limit, cfg.pack_keep_above)
+                if cfg.packing
+                else None
+            )
+            out += timeslice.rotate(state, now, cfg.quantum, cfg.checkpoint_quantum, turns)
         if self._reconsidered is None or now - self._reconsidered >= cfg.reconsider_every:
             self._reconsidered = now
             out += self._reconsider(state, now)
