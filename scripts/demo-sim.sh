@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-venv.sh
-exec .venv/bin/gctl sim run traces/philly_models_trace3.csv --cluster 8x8 --policy gandiva --compare fifo "$@"
+exec .venv/bin/gctl sim run traces/philly_models_trace3.csv --cluster 5x8 --policy gandiva --compare fifo "$@"
