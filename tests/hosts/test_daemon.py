@@ -213,18 +213,20 @@ def test_a_high_priority_job_is_never_suspended_for_normal_ones(
     assert any("job.suspend" in _kinds(host_store, j) for j in normal)  # they took turns
 
 
-def _three_light_looking_jobs(store: db.Store, *, steps: int, gpu_busy: float) -> list[int]:
-    """Three 1-GPU jobs showing 20 % utilisation, for h1 alone (2 GPUs): two must share."""
+def _light_looking_jobs(
+    store: db.Store, *, steps: int, gpu_busy: float, count: int = 3
+) -> list[int]:
+    """1-GPU jobs showing 20 % utilisation, for h1 alone (2 GPUs): with 3, two must share."""
     nodes.set_admin_state(store, "h2", "drain", "only h1 in this test")
     argv = ["--steps", str(steps), "--step-time", "0.05", "--gpu-busy", str(gpu_busy)]
-    return [_submit(store, *argv, env=["GCTL_EMULATED_UTIL=20"]) for _ in range(3)]
+    return [_submit(store, *argv, env=["GCTL_EMULATED_UTIL=20"]) for _ in range(count)]
 
 
 def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # Each job computes 20 % of every step on its emulated GPU: two on one GPU barely contend.
-    ids = _three_light_looking_jobs(host_store, steps=240, gpu_busy=0.2)
+    ids = _light_looking_jobs(host_store, steps=240, gpu_busy=0.2)
     options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
     start_daemon(host_store, policy_options=options)
 
@@ -243,11 +245,34 @@ def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
     assert len(resumed) >= 2 and resumed[-1][1] > 0  # moved onto the shared GPU at a checkpoint
 
 
+def test_light_jobs_taking_turns_take_them_two_at_a_time(
+    host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+) -> None:
+    # Six light jobs on h1's two GPUs: three per GPU, nobody alone to pack onto.
+    ids = _light_looking_jobs(host_store, steps=120, gpu_busy=0.2, count=6)
+    start_daemon(host_store, policy_options={"quantum": 1.0, "migration": False})
+
+    def paired() -> list[str]:
+        with transaction(host_store.engine, write=False) as s:
+            rows = s.scalars(select(EventRow).where(EventRow.kind == "job.resume")).all()
+        return [e.message for e in rows if "packed with job" in e.message]
+
+    _wait("a turn taken packed", lambda: bool(paired()))
+    _wait(
+        "all completed",
+        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
+        timeout=150,
+    )
+    for job_id in ids:
+        assert '"step": 120' in _job_file(hosts, "h1", job_id, "progress.json")
+    assert not any("job.unpack" in _kinds(host_store, j) for j in ids)  # the pairs paid
+
+
 def test_a_pack_that_loses_to_time_slicing_is_undone(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # The jobs show 20 % but compute the whole step: packed, each runs at half speed or less.
-    ids = _three_light_looking_jobs(host_store, steps=200, gpu_busy=1.0)
+    ids = _light_looking_jobs(host_store, steps=200, gpu_busy=1.0)
     # Time slicing gives a pair 1.0 at best; ask packing to beat it clearly.
     options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
     options["pack_keep_above"] = 1.25
