@@ -222,6 +222,19 @@ def _light_looking_jobs(
     return [_submit(store, *argv, env=["GCTL_EMULATED_UTIL=20"]) for _ in range(count)]
 
 
+def _wait_all_reach(
+    store: db.Store, hosts: dict[str, Any], ids: list[int], steps: int, timeout: float
+) -> None:
+    """Wait for every job to complete, then check each reached ``steps`` on h1."""
+    _wait(
+        "all completed",
+        lambda: all(j.state == "COMPLETED" for j in _jobs(store).values()),
+        timeout=timeout,
+    )
+    for job_id in ids:
+        assert f'"step": {steps}' in _job_file(hosts, "h1", job_id, "progress.json")
+
+
 def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
@@ -231,15 +244,9 @@ def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
     start_daemon(host_store, policy_options=options)
 
     _wait("a pack", lambda: any("job.pack" in _kinds(host_store, j) for j in ids))
-    _wait(
-        "all completed",
-        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
-        timeout=120,
-    )
+    _wait_all_reach(host_store, hosts, ids, 240, timeout=120)
     kinds = {j: _kinds(host_store, j) for j in ids}
     assert not any("job.unpack" in k for k in kinds.values()), kinds  # the pack paid throughout
-    for job_id in ids:
-        assert '"step": 240' in _job_file(hosts, "h1", job_id, "progress.json")
     packed = next(j for j in ids if "job.pack" in kinds[j])
     resumed = _starts(hosts, "h1", packed)
     assert len(resumed) >= 2 and resumed[-1][1] > 0  # moved onto the shared GPU at a checkpoint
@@ -258,13 +265,7 @@ def test_light_jobs_taking_turns_take_them_two_at_a_time(
         return [e.message for e in rows if "packed with job" in e.message]
 
     _wait("a turn taken packed", lambda: bool(paired()))
-    _wait(
-        "all completed",
-        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
-        timeout=150,
-    )
-    for job_id in ids:
-        assert '"step": 120' in _job_file(hosts, "h1", job_id, "progress.json")
+    _wait_all_reach(host_store, hosts, ids, 120, timeout=150)
     assert not any("job.unpack" in _kinds(host_store, j) for j in ids)  # the pairs paid
 
 
@@ -282,13 +283,7 @@ def test_a_pack_that_loses_to_time_slicing_is_undone(
     with transaction(host_store.engine, write=False) as s:
         undone = s.scalars(select(EventRow).where(EventRow.kind == "job.unpack")).all()
     assert all("do not beat time slicing" in e.message for e in undone), [e.message for e in undone]
-    _wait(
-        "all completed",
-        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
-        timeout=150,
-    )
-    for job_id in ids:
-        assert '"step": 200' in _job_file(hosts, "h1", job_id, "progress.json")
+    _wait_all_reach(host_store, hosts, ids, 200, timeout=150)
 
 
 def test_a_scattered_job_is_regrouped_after_a_big_job_finishes(
