@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 from gctl.sim.traces import load_trace
@@ -43,6 +44,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
 }
 
 
+@cache
 def _jobs(name: str) -> list[TraceJob]:
     trace, args = CASES[name]
     vc = args[args.index("--virtual-cluster") + 1] if "--virtual-cluster" in args else None

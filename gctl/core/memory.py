@@ -52,7 +52,7 @@ def can_run_together(state: ClusterState, key: GroupKey, cohort: Sequence[JobSta
     The waiting jobs hold their memory when all of the set's jobs fit at
     once (frozen), else only those that cannot checkpoint do.
     """
-    members = [state.jobs[m] for m in state.groups[key]]
+    members = state.member_jobs(key)
     if all_frozen_fit(state, key, members):
         return True
     held = [j for j in members if j not in cohort and not j.spec.can_checkpoint]
@@ -65,5 +65,5 @@ def suspend_by_checkpoint(state: ClusterState, js: JobState) -> bool:
     True when the jobs sharing its GPUs do not all fit at once and ``js``
     can checkpoint.
     """
-    members = [state.jobs[m] for m in state.groups.get(js.gpus, ())]
+    members = state.member_jobs(js.gpus)
     return js.spec.can_checkpoint and not all_frozen_fit(state, js.gpus, members)

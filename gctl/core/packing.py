@@ -79,7 +79,7 @@ def judge_turn_pack(runners: list[JobState], packing: TurnPacking) -> None:
 
 def pack_rates(state: ClusterState, key: GroupKey) -> list[float] | None:
     """Each member's progress relative to running alone, once all were measured packed."""
-    return _rates([state.jobs[m] for m in state.groups[key]], lambda js: js.packed_at)
+    return _rates(state.member_jobs(key), lambda js: js.packed_at)
 
 
 def _rates(jobs: list[JobState], since: Callable[[JobState], float | None]) -> list[float] | None:

@@ -13,9 +13,9 @@ Algorithm 1 (DESIGN §2.1), for a job needing g GPUs:
    they take turns (never joining a set that holds higher-priority work,
    never putting more than ``max_height`` (rounded up) jobs on one set,
    and never pushing a node above ``max_height``, counting its free GPUs
-   as used, since any job may take them later; jobs that do not fit the set's GPU memory
-   together wait for their turn checkpointed, and a set where that cannot
-   be is passed over);
+   as used, since any job may take them later; jobs that do not fit the
+   set's GPU memory together wait for their turn checkpointed, and a set
+   where that cannot be is passed over);
 5. else the job is queued.
 
 Inside a node the job gets the best-connected free GPU set (topology link
@@ -114,14 +114,10 @@ def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> Gro
             if ns.height + count / state.max_size > max_height:
                 break
             continue
-        if not memory.can_take_turns(state, key, [*_members(state, key), js]):
+        if not memory.can_take_turns(state, key, [*state.member_jobs(key), js]):
             continue
         return key
     return None
-
-
-def _members(state: ClusterState, key: GroupKey) -> list[JobState]:
-    return [state.jobs[m] for m in state.groups[key]]
 
 
 def place(state: ClusterState, js: JobState, now: float, max_height: float) -> list[Decision]:
@@ -146,7 +142,7 @@ def place(state: ClusterState, js: JobState, now: float, max_height: float) -> l
             reason = f"queued: needs {count} GPUs, {free} free, no node to share"
             return state.commit([Queue(js.id, reason)], now)
         members = state.groups[key]
-        by_checkpoint = not memory.all_frozen_fit(state, key, [*_members(state, key), js])
+        by_checkpoint = not memory.all_frozen_fit(state, key, [*state.member_jobs(key), js])
         for m in members:
             other = state.jobs[m]
             if other.status is JobStatus.RUNNING:

@@ -327,6 +327,10 @@ class ClusterState:
         """Jobs resident on a GPU set, in round-robin order."""
         return self.groups.get(key, [])
 
+    def member_jobs(self, key: GroupKey) -> list[JobState]:
+        """The states of the jobs resident on a GPU set, in round-robin order."""
+        return [self.jobs[m] for m in self.groups.get(key, ())]
+
     def mode_of(self, job_id: str) -> ShareMode:
         """Exclusive, packed (all members run) or time-sliced."""
         js = self.job(job_id)
@@ -347,11 +351,13 @@ class ClusterState:
 
     def best_spread(self, count: int) -> Spread:
         """The tightest locality class any node offers a set of ``count`` GPUs."""
+        if count <= 1:
+            return Spread.SINGLE
         best = self._best_spread.get(count)
         if best is None:
-            best = Spread.SINGLE if count <= 1 else Spread.CROSS_NODE
+            best = Spread.CROSS_NODE
             for topo in {id(ns.topo): ns.topo for ns in self.nodes.values()}.values():
-                found = topo.best_set((1 << topo.size) - 1, count) if count > 1 else None
+                found = topo.best_set((1 << topo.size) - 1, count)
                 if found is not None:
                     best = min(best, topo.spread(found))
             self._best_spread[count] = best

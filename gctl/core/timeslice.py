@@ -4,9 +4,9 @@ Only the jobs of the highest priority present on a set take turns; lower
 ones wait, so a high-priority job is never suspended for a lower one. A
 running job keeps its turn for at least one quantum. Light jobs take their
 turns two at a time, packed, when Gandiva's packing rules let the pair run
-together (:mod:`gctl.core.packing`). A job that can
-checkpoint waits for its turn checkpointed when the set's jobs do not fit in
-its GPU memory all at once (:mod:`gctl.core.memory`).
+together (:mod:`gctl.core.packing`). A job that can checkpoint waits for its
+turn checkpointed when the set's jobs do not fit in its GPU memory all at
+once (:mod:`gctl.core.memory`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from corekit import gandiva, new_state, nodes_of, put, submit
 from gctl.core import starvation
 from gctl.core.decisions import Queue, Requeue
 from gctl.core.model import JobStatus, Priority
-from gctl.core.policies.gandiva import GandivaConfig
-from gctl.core.state import StateError
+from gctl.core.policies.gandiva import GandivaConfig, GandivaPolicy
+from gctl.core.state import ClusterState, StateError
 
 DAY = 86400.0
 
@@ -35,12 +35,17 @@ def test_shares_follow_what_unfinished_jobs_ask_and_what_they_hold() -> None:
     assert state.backlog == {2: 2, 1: 1, 4: 4}
 
 
-def test_a_size_below_its_share_waits_then_takes_the_least_loaded_node() -> None:
+def _two_nodes_of_single_gpu_jobs() -> tuple[ClusterState, GandivaPolicy]:
+    """Two 4-GPU nodes full of 1-GPU jobs (s0-s3 on n0, r0-r3 on n1), guard limit one day."""
     state = new_state(4, 4)
-    policy = gandiva(starvation_limit=DAY)
     for i in range(4):
         put(state, f"s{i}", "n0", (i,))
         put(state, f"r{i}", "n1", (i,))
+    return state, gandiva(starvation_limit=DAY)
+
+
+def test_a_size_below_its_share_waits_then_takes_the_least_loaded_node() -> None:
+    state, policy = _two_nodes_of_single_gpu_jobs()
     submit(state, "t", 1, 0.0)
     policy.schedule(state, 0.0)
     assert nodes_of(state, "t") == {"n0"}  # t time-slices on n0, now the more loaded node
@@ -62,11 +67,7 @@ def test_a_size_below_its_share_waits_then_takes_the_least_loaded_node() -> None
 
 
 def test_a_size_whose_share_is_below_one_job_is_not_helped() -> None:
-    state = new_state(4, 4)
-    policy = gandiva(starvation_limit=DAY)
-    for i in range(4):
-        put(state, f"s{i}", "n0", (i,))
-        put(state, f"r{i}", "n1", (i,))
+    state, policy = _two_nodes_of_single_gpu_jobs()
     submit(state, "big", 4, 0.0)  # share 8 x 4 / 12 = 2.7 GPUs
     policy.schedule(state, 0.0)
     out = policy.schedule(state, 5 * DAY)
