@@ -44,10 +44,10 @@ Profiles and history
     before its current pack (any latest sample when it is not packed).
     ``first_run`` is the job's ``start_time``; ``since`` and
     ``last_resumed`` come from the job's state history and allocation times;
-    ``packed_at`` is when the last member of a pack got its GPUs,
-    ``resized_at`` when a resized elastic job got its current ones; the
-    job's stored ``reason`` is kept, so a job already told it is queued is
-    not told again.
+    ``packed_at`` is when the last member of a pack got its GPUs or resumed
+    (a time-sliced pair taking its turn together), ``resized_at`` when a
+    resized elastic job got its current ones; the job's stored ``reason`` is
+    kept, so a job already told it is queued is not told again.
 
 Rows that cannot be modelled (a running job with no GPUs, GPUs claimed by
 two different sets, an unknown priority...) are left out and described in
@@ -477,14 +477,15 @@ class _Loader:
                 js.reason = job.reason or ""
                 if job.start_time is not None:  # kept through requeues, as in the core
                     js.first_run = job.start_time
-        by_id = {core_job_id(j.row_id): j for j in placed}
         for job in placed:
             js = state.jobs[core_job_id(job.row_id)]
             if js.spec.elastic and js.held != js.spec.gpus:
                 js.resized_at = job.last_alloc
             mode = state.mode_of(js.id)
             if mode is ShareMode.PACKED:
-                js.packed_at = max(by_id[m].last_alloc for m in state.members(js.gpus))
+                # The pack began when its last member got its GPUs or resumed (a turn
+                # taken packed): samples from before were taken with the GPUs to itself.
+                js.packed_at = max(m.last_resumed for m in state.member_jobs(js.gpus))
             stored = ", ".join(sorted(job.modes))
             if job.modes != {mode.value}:
                 self.problems.append(

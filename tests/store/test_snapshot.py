@@ -206,6 +206,26 @@ def test_running_packed_timesliced_and_suspended_jobs(store: db.Store) -> None:
     assert state.jobs[_id(big)].observed is None
 
 
+def test_a_turn_taken_packed_counts_as_packed_from_the_resume(store: db.Store) -> None:
+    """Two time-sliced jobs both running: a pack since the waiting one resumed, not before.
+
+    Samples from the turns each ran alone must not judge the pack.
+    """
+    node(store, "a1")
+    x, y = jobs.submit(store, [req(1), req(1)])
+    t = time.time()
+    on_gpus(store, x, "a1", (0,), since=t + 1, mode="time-sliced")
+    on_gpus(store, y, "a1", (0,), since=t + 2, mode="time-sliced", state="SUSPENDED", entered=t + 3)
+    with transaction(store.engine, write=True) as s:
+        row = s.get(JobRow, y)
+        assert row is not None
+        row.state = "RUNNING"
+        s.add(JobStateRow(job_id=y, state="RUNNING", at=t + 10, reason="turn, packed with x"))
+    state = snapshot.read(store.engine, now=t + 20).state
+    assert state.mode_of(_id(x)) is ShareMode.PACKED
+    assert state.jobs[_id(x)].packed_at == state.jobs[_id(y)].packed_at == t + 10
+
+
 def test_drained_node_keeps_its_jobs_and_takes_no_new_placement(store: db.Store) -> None:
     node(store, "a1")
     node(store, "a2")
