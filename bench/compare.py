@@ -32,7 +32,7 @@ from gctl.sim.traces import load_trace
 from gctl.sim.workload import TraceJob
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "traces"
+TRACES = ROOT / "traces"
 GCTL = Path(sys.executable).with_name("gctl")
 DAY = 86400.0
 
@@ -40,7 +40,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "trace1": ("philly_models_trace1.csv", ["--cluster", "12x8"]),
     "trace2": ("philly_models_trace2.csv", ["--cluster", "32x8"]),
     "trace3": ("philly_models_trace3.csv", ["--cluster", "5x8"]),
-    "philly-6214e9": ("philly.csv", ["--cluster", "4x8", "--virtual-cluster", "6214e9"]),
+    "philly-6214e9": ("philly.csv.gz", ["--cluster", "4x8", "--virtual-cluster", "6214e9"]),
 }
 
 
@@ -48,7 +48,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
 def _jobs(name: str) -> list[TraceJob]:
     trace, args = CASES[name]
     vc = args[args.index("--virtual-cluster") + 1] if "--virtual-cluster" in args else None
-    return load_trace(SHARED / trace, virtual_cluster=vc)  # sorted by submit time
+    return load_trace(TRACES / trace, virtual_cluster=vc)  # sorted by submit time
 
 
 def demand(name: str) -> float:
@@ -71,7 +71,7 @@ def fluid_makespan(name: str, gpus: int) -> float:
 def run_case(name: str) -> dict[str, object]:
     """Run one comparison and return its JSON report."""
     trace, args = CASES[name]
-    cmd = [str(GCTL), "sim", "run", str(SHARED / trace), *args, "--compare", "fifo", "--json"]
+    cmd = [str(GCTL), "sim", "run", str(TRACES / trace), *args, "--compare", "fifo", "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     report: dict[str, object] = json.loads(out.stdout)
     return report

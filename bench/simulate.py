@@ -24,10 +24,9 @@ from _common import peak_rss_mib
 from gctl.sim.runner import SimRequest, run
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "traces"
 CASES = {
     "trace3": (ROOT / "traces" / "philly_models_trace3.csv", "12x8"),
-    "philly": (SHARED / "philly.csv", "256x8"),
+    "philly": (ROOT / "traces" / "philly.csv.gz", "256x8"),
 }
 
 

@@ -115,8 +115,11 @@ def resolve(db: str | None = None) -> Settings:
 
 def write_starter(path: Path, url: str) -> bool:
     """Write a starter config to ``path`` unless one exists; whether it was written."""
-    if path.exists():
-        return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(STARTER.format(url=url.replace("\\", "\\\\").replace('"', '\\"')))
+    text = STARTER.format(url=url.replace("\\", "\\\\").replace('"', '\\"'))
+    try:
+        with path.open("x", encoding="utf-8") as fh:  # "x": never over a file made meanwhile
+            fh.write(text)
+    except FileExistsError:
+        return False
     return True

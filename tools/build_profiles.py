@@ -5,10 +5,10 @@ Usage::
     python tools/build_profiles.py            # rewrite the packaged JSON
     python tools/build_profiles.py --check    # exit 1 when it is out of date
 
-Standard library only. Inputs (both under the shared data folder, see
-``shared/traces/README.md``):
+Standard library only. Inputs (both under the repository's ``traces/``, see
+``traces/README.md``; a ``.gz`` file is read decompressed):
 
-* ``traces/profiles/throughputs_by_gpu_type.json`` -- gavel's measured
+* ``traces/profiles/throughputs_by_gpu_type.json.gz`` -- gavel's measured
   throughputs (stanford-futuredata/gavel, ``scheduler/simulation_throughputs.json``,
   MIT licence): steps/s per job type and GPU count on K80, P100 and V100, alone
   (``"null"``) and packed pairwise on one GPU (``[self, other]``; ``0.0`` means
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import hashlib
 import json
 import math
@@ -51,10 +52,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SHARED = REPO.parent / "shared"
 DEFAULT_OUT = REPO / "gctl" / "sim" / "data" / "profiles.json"
 
-GAVEL_FILE = "traces/profiles/throughputs_by_gpu_type.json"
+GAVEL_FILE = "traces/profiles/throughputs_by_gpu_type.json.gz"
 MURI_FILES = tuple(f"traces/philly_models_trace{i}.csv" for i in (1, 2, 3))
 GPU_TYPES = ("k80", "p100", "v100")
 SELECT_ON = "v100"
@@ -123,9 +123,15 @@ def _job_type(key: str) -> tuple[str, int]:
     return name.strip("'"), int(count)
 
 
+def _content(path: Path) -> bytes:
+    """A file's bytes, decompressed when its name ends in ``.gz``."""
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if path.suffix == ".gz" else raw
+
+
 def _sha256(path: Path) -> str:
-    """Hex SHA-256 of a file."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """Hex SHA-256 of a file's content (uncompressed, as its source published it)."""
+    return hashlib.sha256(_content(path)).hexdigest()
 
 
 def _r(x: float) -> float:
@@ -133,11 +139,11 @@ def _r(x: float) -> float:
     return round(x, 4)
 
 
-def read_muri(shared: Path) -> dict[str, dict[str, Any]]:
+def read_muri(root: Path) -> dict[str, dict[str, Any]]:
     """Per-model profile from the Muri traces: median over the jobs of each GPU count."""
     rows: dict[tuple[str, int], list[dict[str, str]]] = {}
     for name in MURI_FILES:
-        with (shared / name).open(newline="") as f:
+        with (root / name).open(newline="") as f:
             for row in csv.DictReader(f):
                 rows.setdefault((row["model_name"], int(row["num_gpu"])), []).append(row)
     out: dict[str, dict[str, Any]] = {}
@@ -187,13 +193,13 @@ def pair_speeds(table: dict[str, Any], a: str, b: str) -> list[float] | None:
     return [_r((ab[0] + ba[1]) / 2 / solo_a), _r((ab[1] + ba[0]) / 2 / solo_b)]
 
 
-def build(shared: Path) -> dict[str, Any]:
-    """The whole profiles document, from the files under ``shared``."""
-    gavel = json.loads((shared / GAVEL_FILE).read_text())
-    muri = read_muri(shared)
+def build(root: Path = REPO) -> dict[str, Any]:
+    """The whole profiles document, from the files under ``root`` (the repository)."""
+    gavel = json.loads(_content(root / GAVEL_FILE))
+    muri = read_muri(root)
     sources = json.loads(json.dumps(SOURCES))
-    sources["gavel"]["sha256"] = _sha256(shared / GAVEL_FILE)
-    sources["muri"]["sha256"] = {n: _sha256(shared / n) for n in MURI_FILES}
+    sources["gavel"]["sha256"] = _sha256(root / GAVEL_FILE)
+    sources["muri"]["sha256"] = {n: _sha256(root / n) for n in MURI_FILES}
 
     models: dict[str, Any] = {}
     chosen: dict[str, str] = {}
@@ -251,11 +257,11 @@ def render(doc: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=DEFAULT_SHARED, help="shared data folder")
+    parser.add_argument("--root", type=Path, default=REPO, help="folder holding traces/")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file to write")
     parser.add_argument("--check", action="store_true", help="only check that --out is current")
     args = parser.parse_args(argv)
-    text = render(build(args.shared))
+    text = render(build(args.root))
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
         if current != text:

@@ -14,21 +14,28 @@ app = typer.Typer(help="The state store's schema: upgrade it or show its revisio
 
 def init(
     ctx: typer.Context,
-    no_config: Annotated[
-        bool, typer.Option("--no-config", help="Do not write a starter config file.")
-    ] = False,
+    write_config: Annotated[
+        bool | None,
+        typer.Option(
+            "--write-config/--no-config",
+            help="Write a config naming this database (never over an existing one), or never."
+            " Default: only for the default database or one named by --db (user config).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Create or upgrade the database and write a starter config if there is none."""
+    """Create or upgrade the database; say whether a config file was written, and why."""
     from gctl.services import db  # here: other commands start without SQLAlchemy
+    from gctl.services.errors import ServiceError
 
     store = db.connect(target(ctx))
     before, after = db.upgrade(store)
     what = "created" if before is None else ("upgraded" if before != after else "already current")
     render.message(f"database {store.url} {what} (schema {after}; chosen by {store.source})")
-    if not no_config:
-        written = db.write_starter_config(store)
-        if written is not None:
-            render.message(f"wrote starter config {written}")
+    outcome = db.starter_config(store, write_config)
+    if outcome.refused:
+        raise ServiceError(f"{outcome.message}; remove or edit it by hand")
+    render.message(outcome.message)
 
 
 @app.command("upgrade")

@@ -19,6 +19,7 @@ from gctl.cli import nodes as node_cmds
 from gctl.cli import render
 from gctl.cli.context import JsonOpt, store, target
 from gctl.cli.errors import UsageError
+from gctl.cli.interrupt import stop_requested
 from gctl.cli.parse import parse_duration
 from gctl.gcpause import gc_paused
 from gctl.services import queue as job_queue
@@ -254,11 +255,12 @@ def events_cmd(
             render.events_table(rows)
         return
     last = max((e.id for e in newest + rows), default=0)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it, as it ends tail -f
+    with stop_requested() as stop:  # Ctrl-C ends it, as it ends tail -f
         while True:
             render.event_lines(rows, json_lines=json_out)
             last = max([last, *(e.id for e in rows)])
-            time.sleep(FOLLOW_EVERY_S)
+            if stop.wait(FOLLOW_EVERY_S):
+                return
             rows = events.list_events(s, job_id=job, node=node, after=last)
 
 

@@ -17,7 +17,9 @@ app = typer.Typer(help="Replay workload traces through the scheduler (same code 
 
 @app.command("run")
 def run_cmd(
-    trace: Annotated[Path, typer.Argument(help="Trace file: philly.csv or philly_models format.")],
+    trace: Annotated[
+        Path, typer.Argument(help="Trace file (philly or models CSV, plain or gzip).")
+    ],
     cluster: Annotated[
         str, typer.Option(help="NODESxGPUS[:TYPE-MEM] (e.g. 12x8, 4x8:A100-80GB) or a TOML file.")
     ] = "12x8",

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError as _SAError
 from gctl import config
 from gctl.services.reader import require_head
 from gctl.store import schema
-from gctl.store.engine import StoreError, make_engine, parse_url
+from gctl.store.engine import StoreError, make_engine, parse_url, sqlite_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,22 +56,85 @@ def open_store(db: str | None = None) -> Store:
 
 
 def revision(store: Store) -> str | None:
-    """The schema revision of the store (None when empty)."""
+    """The schema revision of the store (None when empty).
+
+    A SQLite file that does not exist is reported, not created: reading
+    never leaves a database behind.
+    """
+    path = sqlite_path(store.engine.url)
+    if path is not None and not path.exists():
+        raise StoreError(f"no gctl database at {store.url}; run 'gctl init' first")
     try:
         return schema.current(store.engine)
     except OperationalError as exc:
         raise StoreError(f"cannot open database {store.url}: {exc.orig}") from None
 
 
-def write_starter_config(store: Store) -> Path | None:
-    """Write a config naming this store where ``gctl init`` keeps it, unless one exists."""
+@dataclass(frozen=True, slots=True)
+class ConfigOutcome:
+    """What ``gctl init`` did about a config file: the file, whether written, and why."""
+
+    path: Path
+    written: bool
+    message: str
+    refused: bool = False
+    """Writing was asked for (``--write-config``) and did not happen."""
+
+
+def _shown(target: str) -> str:
+    """A database URL or path as messages show it (password masked)."""
+    try:
+        return parse_url(target).render_as_string(hide_password=True)
+    except StoreError:
+        return target
+
+
+def starter_config(store: Store, want: bool | None) -> ConfigOutcome:
+    """Write a config naming ``store`` where ``gctl init`` keeps it, when that is wanted.
+
+    ``want`` True writes (never over an existing file), False never writes;
+    None writes only where nobody would be surprised: the database is the
+    default one, or was named by ``--db`` for this user's own config. A
+    database named by ``$GCTL_DB`` is often a throwaway, so it is never
+    written on its own, and ``--db`` never changes the system-wide file
+    unless asked.
+    """
     path = config.starter_config_path()
-    return path if config.write_starter(path, store.config_url) else None
+    if want is False:
+        return ConfigOutcome(path, False, "no config written (--no-config)")
+    if path.exists():
+        try:
+            named = config.read_config(path).get("store", {}).get("url")
+        except config.ConfigError:
+            named = None
+        same = isinstance(named, str) and _shown(named) == store.url
+        what = "it names this database" if same else f"it names {named or 'no database'}"
+        return ConfigOutcome(
+            path, False, f"config {path} exists, left unchanged ({what})", refused=bool(want)
+        )
+    if want is None:
+        hint = f"'gctl init --write-config' records it in {path}"
+        if store.source == "$GCTL_DB":
+            why = f"the database came from $GCTL_DB; {hint}"
+            return ConfigOutcome(path, False, f"no config written: {why}")
+        if store.source not in ("default", "--db"):
+            return ConfigOutcome(path, False, f"no config written: {store.source} names it")
+        if store.source == "--db" and path == config.SYSTEM_CONFIG:
+            why = f"--db does not change the system-wide default; {hint}"
+            return ConfigOutcome(path, False, f"no config written: {why}")
+    if not config.write_starter(path, store.config_url):  # made meanwhile
+        return ConfigOutcome(path, False, f"config {path} exists, left unchanged", bool(want))
+    return ConfigOutcome(path, True, f"wrote config {path} (store url {store.config_url})")
 
 
 def upgrade(store: Store) -> tuple[str | None, str]:
     """Bring the store to the newest schema; returns (before, after)."""
-    before = revision(store)
+    path = sqlite_path(store.engine.url)
+    if path is not None and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        before = None
+    else:
+        before = revision(store)
     try:
         schema.upgrade(store.engine)
     except OperationalError as exc:

@@ -1,6 +1,7 @@
 """Load public job traces into :class:`~gctl.sim.workload.TraceJob` lists.
 
-Two CSV formats are understood (see ``shared/traces/README.md``):
+Two CSV formats are understood (see ``traces/README.md``), plain or
+gzip-compressed (recognised by content, not by name):
 
 ``philly``
     Header ``timestamp,duration,num_gpus,gpu_time,cluster``: one row per job of
@@ -31,9 +32,11 @@ order), with submit times shifted so the first returned job is at 0.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import math
 import re
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
@@ -57,6 +60,9 @@ _TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 _EPOCH = datetime(1970, 1, 1)
 _MAX_SHOWN = 60
 """Longest excerpt of a bad value quoted in an error message."""
+_GZIP_MAGIC = b"\x1f\x8b"
+MAX_TRACE_BYTES = 2 << 30
+"""Largest trace text read, after decompression: a bound against compression bombs."""
 
 
 class TraceError(ValueError):
@@ -91,7 +97,7 @@ class _Reader:
 
     def __init__(self, path: str | Path) -> None:
         self.path = path
-        raw = Path(path).read_bytes()
+        raw = _text_bytes(path)
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
@@ -159,6 +165,24 @@ class _Reader:
         if duration <= 0:
             raise self.error(f"{column} must be > 0, got {value.strip()}")
         return duration
+
+
+def _text_bytes(path: str | Path) -> bytes:
+    """The file's bytes, decompressed when it is gzip, at most :data:`MAX_TRACE_BYTES`."""
+    with Path(path).open("rb") as fh:
+        if fh.read(2) != _GZIP_MAGIC:
+            fh.seek(0)
+            raw = fh.read(MAX_TRACE_BYTES + 1)
+        else:
+            fh.seek(0)
+            try:
+                with gzip.GzipFile(fileobj=fh) as unzipped:
+                    raw = unzipped.read(MAX_TRACE_BYTES + 1)
+            except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+                raise TraceError(path, None, f"not a valid gzip file: {exc}") from None
+    if len(raw) > MAX_TRACE_BYTES:
+        raise TraceError(path, None, f"larger than {MAX_TRACE_BYTES:,} bytes of text")
+    return raw
 
 
 def _expected_headers() -> str:

@@ -42,12 +42,22 @@ def parse_url(target: str) -> URL:
         raise StoreError(f"bad database URL {target!r}: {exc}") from None
 
 
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL (None for other backends, memory and ``file:`` URIs)."""
+    db = url.database
+    if url.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
 def make_engine(url: URL) -> Engine:
-    """An engine for ``url`` with gctl's connection settings."""
+    """An engine for ``url`` with gctl's connection settings.
+
+    Nothing is created here: a SQLite file appears at the first connection,
+    which only :func:`gctl.services.db.upgrade` makes to a missing file.
+    """
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
-    if url.database and url.database != ":memory:":
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")

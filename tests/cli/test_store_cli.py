@@ -67,6 +67,76 @@ def test_init_writes_a_starter_config_that_later_commands_read(
     assert current["source"] == str(cfg) and current["current"] == current["head"]
 
 
+@pytest.fixture
+def as_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Root's view of config files, with the system-wide file moved into ``tmp_path``."""
+    system = tmp_path / "etc" / "gctl.toml"
+    monkeypatch.setattr(config, "SYSTEM_CONFIG", system)
+    monkeypatch.setattr(config, "is_root", lambda: True)
+    monkeypatch.delenv("GCTL_CONFIG", raising=False)
+    monkeypatch.delenv("GCTL_DB", raising=False)
+    return system
+
+
+def test_init_never_writes_a_url_from_the_environment_into_the_system_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_root: Path
+) -> None:
+    monkeypatch.setenv("GCTL_DB", str(tmp_path / "throwaway.db"))
+    out = _ok("init")
+    assert not as_root.exists()
+    assert "no config written: the database came from $GCTL_DB" in out
+    assert "--write-config" in out
+    out = _ok("init", "--write-config")  # asked: written
+    assert "throwaway.db" in as_root.read_text() and f"wrote config {as_root}" in out
+
+
+def test_init_with_db_leaves_the_system_default_alone_unless_asked(
+    tmp_path: Path, as_root: Path
+) -> None:
+    out = _ok("--db", str(tmp_path / "x.db"), "init")
+    assert not as_root.exists() and "does not change the system-wide default" in out
+
+
+def test_init_says_why_it_leaves_an_existing_config(tmp_path: Path, as_root: Path) -> None:
+    as_root.parent.mkdir()
+    as_root.write_text(f'[store]\nurl = "{tmp_path / "site.db"}"\n')
+    before = as_root.read_text()
+    out = _ok("init")  # the config chose the database
+    assert "site.db" in out and as_root.read_text() == before
+    assert f"config {as_root} exists, left unchanged (it names this database)" in out
+    code, out, err = run("--db", str(tmp_path / "other.db"), "init", "--write-config")
+    assert code == 1 and "exists, left unchanged" in err and "site.db" in err
+    assert as_root.read_text() == before
+    out = _ok("--db", str(tmp_path / "other.db"), "init", "--no-config")
+    assert "no config written (--no-config)" in out
+
+
+def test_read_commands_never_create_a_database_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "sub" / "none.db"
+    monkeypatch.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
+    for args in (
+        ("node", "ls"),
+        ("queue",),
+        ("events",),
+        ("db", "current"),
+        ("show", "job", "1"),
+        ("watch",),  # the store is opened before the dashboard starts
+        ("daemon",),  # likewise, before the loop
+    ):
+        for how in ("env", "flag"):
+            if how == "env":
+                monkeypatch.setenv("GCTL_DB", str(missing))
+                code, out, err = run(*args)
+            else:
+                monkeypatch.delenv("GCTL_DB")
+                code, out, err = run("--db", f"sqlite:///{missing}", *args)
+            assert code == 1, (args, how, out, err)
+            assert "no gctl database" in err and "run 'gctl init' first" in err, (args, err)
+            assert not missing.exists() and not missing.parent.exists(), (args, how)
+
+
 def test_init_never_writes_a_password_into_the_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,7 +23,6 @@ from gctl.sim.profiles import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
 TRACE_MODELS = (
     "vgg16",
     "vgg19",
@@ -52,9 +51,8 @@ def _packaged_text() -> str:
 
 
 def test_packaged_json_matches_what_the_builder_regenerates():
-    assert SHARED.is_dir(), f"shared data folder missing: {SHARED}"
     builder = _builder()
-    assert builder.render(builder.build(SHARED)) == _packaged_text()
+    assert builder.render(builder.build(REPO)) == _packaged_text()
 
 
 def test_json_records_its_sources():

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+import gzip
+import hashlib
+import re
 import time
 from pathlib import Path
 
 import pytest
 
 from gctl.core.model import GPU, Cluster, JobSpec, Node, Priority
+from gctl.sim import traces
 from gctl.sim.traces import TraceError, load_trace, split_oversized, virtual_clusters
 from gctl.sim.workload import TraceJob
 
-SHARED_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 MODELS_HEADER = (
@@ -17,7 +21,7 @@ MODELS_HEADER = (
     "iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n"
 )
 
-# First rows of shared/traces/philly.csv (petuum/adaptdl osdi21-artifact, Apache-2.0),
+# First rows of traces/philly.csv.gz (petuum/adaptdl osdi21-artifact, Apache-2.0),
 # plus two made-up rows (6214e9 at 06:00:00 and a 2-GPU 11cb48 job) for ties and sorting.
 PHILLY_ROWS = (
     "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
@@ -28,7 +32,7 @@ PHILLY_ROWS = (
     "2017-09-29 07:58:42,10.0,2,20.0,11cb48\n"
 )
 
-# First rows of shared/traces/philly_models_trace3.csv (Rivendile/Muri, Apache-2.0).
+# First rows of traces/philly_models_trace3.csv (Rivendile/Muri, Apache-2.0).
 MODELS_ROWS = (
     "0,4,0,1046811,shufflenet_v2_x1_0,128,927475000,11174000,886,703,62,17,0\n"
     "1,4,1456000,1005573,resnet18,128,926133000,1456000,921,723,113,73,1\n"
@@ -343,11 +347,11 @@ def test_split_oversized_empty_cluster() -> None:
     assert split_oversized([], small_cluster(1, 1)) == ([], [])
 
 
-# --- the real shared traces (present in CI: these fail, not skip, without them) --------------
+# --- the bundled public traces -----------------------------------------------------------------
 
 
 def test_real_models_trace3() -> None:
-    jobs = load_trace(SHARED_TRACES / "philly_models_trace3.csv")
+    jobs = load_trace(TRACES / "philly_models_trace3.csv")
     assert len(jobs) == 992
     submit = times(jobs)
     assert submit == sorted(submit)
@@ -359,7 +363,7 @@ def test_real_models_trace3() -> None:
 
 
 def test_real_philly_all_rows_valid_and_fast() -> None:
-    path = SHARED_TRACES / "philly.csv"
+    path = TRACES / "philly.csv.gz"
     start = time.perf_counter()
     jobs = load_trace(path)
     elapsed = time.perf_counter() - start
@@ -377,3 +381,40 @@ def test_real_philly_all_rows_valid_and_fast() -> None:
     assert len(fits) + len(oversized) == 82_247
     assert all(job.spec.gpus > 32 for job in oversized)
     assert len(oversized) == 9  # 6 x 64 and 3 x 128 GPUs (README)
+
+
+def test_bundled_files_match_the_checksums_their_readme_records() -> None:
+    readme = (TRACES / "README.md").read_text(encoding="utf-8")
+    recorded = dict(re.findall(r"^\| `([^`]+)` \|.*\| `([0-9a-f]{64})` \|$", readme, re.M))
+    assert len(recorded) == 5
+    for name, digest in recorded.items():
+        raw = (TRACES / name).read_bytes()
+        content = gzip.decompress(raw) if name.endswith(".gz") else raw
+        assert hashlib.sha256(content).hexdigest() == digest, name
+
+
+def test_gzip_trace_reads_like_the_plain_one(tmp_path: Path) -> None:
+    plain = write(tmp_path, PHILLY_HEADER + PHILLY_ROWS)
+    packed = tmp_path / "trace.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    # the content decides, not the name
+    misnamed = tmp_path / "trace-gz.csv"
+    misnamed.write_bytes(packed.read_bytes())
+    assert load_trace(packed) == load_trace(plain) == load_trace(misnamed)
+
+
+def test_corrupt_gzip_trace_is_a_trace_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv.gz"
+    path.write_bytes(gzip.compress((PHILLY_HEADER + PHILLY_ROWS).encode())[:40])
+    with pytest.raises(TraceError, match="not a valid gzip file"):
+        load_trace(path)
+
+
+def test_gzip_bomb_is_refused_without_reading_it_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 1000)
+    path = tmp_path / "bomb.csv.gz"
+    path.write_bytes(gzip.compress(PHILLY_HEADER.encode() + b"\n" * 100_000))
+    with pytest.raises(TraceError, match="larger than"):
+        load_trace(path)
