@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import posixpath
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -16,15 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gctl.hosts.emulated import EMULATED_UTIL_ENV, declared_util
+from gctl.hosts.emulated import EMULATED_UTIL_ENV, GPU_DIR_IN_CONTAINER, declared_util
 from gctl.hosts.mounts import Mount
 
 PRIORITIES = ("low", "normal", "high")
 CLASSES = ("production", "opportunistic")
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEM = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?$", re.IGNORECASE)
 _MEM_MB = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}
+RESERVED_TARGETS = ("/gctl", GPU_DIR_IN_CONTAINER)
+"""Container paths gctl mounts itself: the job directory (``engine.JOB_DIR_IN_CONTAINER``,
+written out so that checking a spec does not load docker-py) and the emulated-GPU files."""
 
 
 class SpecError(ValueError):
@@ -49,7 +53,20 @@ class JobRequest:
     profile: str | None = None
 
 
+def _text(value: str, what: str) -> str:
+    """``value`` unchanged if a container can be given it: no NUL, encodable as UTF-8."""
+    if "\x00" in value:
+        raise SpecError(f"{what}: NUL characters are not allowed")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        why = "not valid UTF-8 text (undecodable bytes or a lone surrogate)"
+        raise SpecError(f"{what}: {why}") from None
+    return value
+
+
 def _no_control(value: str, what: str) -> str:
+    _text(value, what)
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise SpecError(f"{what}: control characters are not allowed")
     return value
@@ -57,7 +74,7 @@ def _no_control(value: str, what: str) -> str:
 
 def check_image(image: str) -> str:
     """A container image reference (no spaces or shell characters)."""
-    if not _IMAGE.match(image):
+    if not _IMAGE.fullmatch(image):
         raise SpecError(f"--image {image!r}: not a valid image reference")
     return image
 
@@ -105,6 +122,7 @@ def parse_env(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not _ENV_KEY.match(key):
         raise SpecError(f"--env {text!r}: expected KEY=VALUE with KEY a shell-style name")
+    _text(value, f"--env {text!r}")
     if key == EMULATED_UTIL_ENV:
         try:
             declared_util(value)
@@ -114,7 +132,7 @@ def parse_env(text: str) -> tuple[str, str]:
 
 
 def parse_mount(text: str) -> Mount:
-    """``SRC:DST[:ro|rw]`` with absolute paths."""
+    """``SRC:DST[:ro|rw]`` with absolute paths; DST is not ``/`` nor gctl's own (reserved)."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or not all(parts[:2]):
         raise SpecError(f"--mount {text!r}: expected SRC:DST or SRC:DST:ro")
@@ -126,7 +144,39 @@ def parse_mount(text: str) -> Mount:
         _no_control(path, f"--mount {text!r}")
         if not path.startswith("/"):
             raise SpecError(f"--mount {text!r}: {path!r} is not an absolute path")
+    target = _in_container(dst)
+    if target == "/":
+        raise SpecError(f"--mount {text!r}: cannot mount over the container's root /")
+    for reserved in RESERVED_TARGETS:
+        if target == reserved or target.startswith(reserved + "/"):
+            raise SpecError(f"--mount {text!r}: {reserved} is reserved by gctl in the container")
     return Mount(src, dst, mode == "ro")
+
+
+def _in_container(dst: str) -> str:
+    """A mount target as Docker resolves it: ``//gctl/``, ``/x/../gctl`` are ``/gctl``."""
+    return posixpath.normpath("/" + dst.lstrip("/"))
+
+
+def check_command(command: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A command to exec: a non-empty program, then arguments; each kept byte for byte."""
+    if not command:
+        raise SpecError("command: give the command to run after --")
+    if not command[0]:
+        raise SpecError("command: the program to run (the first argument) is empty")
+    return tuple(_text(arg, f"command: argument {i}") for i, arg in enumerate(command, 1))
+
+
+def check_mounts(mounts: list[str] | tuple[str, ...]) -> tuple[Mount, ...]:
+    """``--mount`` values, no two onto the same target (Docker refuses duplicate mount points)."""
+    parsed = tuple(parse_mount(m) for m in mounts)
+    seen: set[str] = set()
+    for mount in parsed:
+        target = _in_container(mount.dst)
+        if target in seen:
+            raise SpecError(f"--mount: two mounts onto {target}")
+        seen.add(target)
+    return parsed
 
 
 def build(
@@ -146,11 +196,9 @@ def build(
 ) -> JobRequest:
     """Check every field of a job spec given as flag-style strings."""
     gpus = check_gpus(gpus)
-    if not command:
-        raise SpecError("command: give the command to run after --")
     return JobRequest(
         image=check_image(image),
-        command=tuple(command),
+        command=check_command(command),
         gpus=gpus,
         name=_no_control(name, "--name"),
         priority=check_choice(priority, PRIORITIES, "--priority"),
@@ -159,7 +207,7 @@ def build(
         gpu_mem_mb=parse_gpu_mem(gpu_mem) if gpu_mem else None,
         datasets=tuple(_no_control(d, "--dataset") for d in datasets),
         env=dict(parse_env(e) for e in env),
-        mounts=tuple(parse_mount(m) for m in mounts),
+        mounts=check_mounts(mounts),
         profile=_no_control(profile, "--profile") if profile else None,
     )
 
@@ -222,7 +270,11 @@ def _str_item(value: Any, where: str, key: str) -> str:
 
 def read_batch(path: Path) -> Iterator[JobRequest]:
     """Job specs from a file: JSON lines, a JSON array, or TOML ``[[job]]`` tables."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = exc.object.count(b"\n", 0, exc.start) + 1
+        raise SpecError(f"{path}:{lineno}: not valid UTF-8 text") from None
     if path.suffix == ".toml":
         try:
             doc = tomllib.loads(text)

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gctl import config
+from gctl.hosts.emulated import GPU_DIR_IN_CONTAINER
+from gctl.hosts.engine import JOB_DIR_IN_CONTAINER
 from gctl.services.db import connect
 
 
@@ -313,6 +315,40 @@ def test_batch_submission_is_all_or_nothing(gdb: Path, tmp_path: Path) -> None:
         (["submit", "--image", "x", "--env", "1A=b", "--", "a"], "--env '1A=b'"),
         (["submit", "--image", "x", "--env", "GCTL_EMULATED_UTIL=120", "--", "a"], "0 to 100"),
         (["submit", "--image", "x"], "command"),
+        # Specs no container can ever run: refused now rather than retried by the daemon.
+        (["submit", "--image", "x", "--", ""], "command: the program to run"),
+        (["submit", "--image", "x", "--", "", "a"], "command: the program to run"),
+        (["submit", "--image", "x", "--", "a\x00b"], "command: argument 1: NUL"),
+        (["submit", "--image", "x", "--", "a", "\udcff"], "command: argument 2: not valid UTF-8"),
+        (["submit", "--image", "x", "--env", "A=b\x00", "--", "a"], "--env 'A=b\\x00': NUL"),
+        (["submit", "--image", "x", "--env", "A=\udcff", "--", "a"], "not valid UTF-8"),
+        (["submit", "--image", "x", "--name", "n\x00", "--", "a"], "--name: NUL"),
+        (["submit", "--image", "x", "--name", "\udcff", "--", "a"], "--name: not valid UTF-8"),
+        (["submit", "--image", "x", "--dataset", "d\x00", "--", "a"], "--dataset: NUL"),
+        (["submit", "--image", "x", "--profile", "\udcff", "--", "a"], "--profile: not valid"),
+        (["submit", "--image", "x\n", "--", "a"], "--image 'x\\n'"),
+        (["submit", "--image", "x", "--mount", "/a\x00:/b", "--", "a"], "NUL"),
+        (["submit", "--image", "x", "--mount", "/a:/b\udcff", "--", "a"], "not valid UTF-8"),
+        (["submit", "--image", "x", "--mount", "/tmp:/", "--", "a"], "root /"),
+        (["submit", "--image", "x", "--mount", "/tmp:/x/..", "--", "a"], "root /"),
+        (
+            ["submit", "--image", "x", "--mount", f"/tmp:{JOB_DIR_IN_CONTAINER}", "--", "a"],
+            "reserved",
+        ),
+        (["submit", "--image", "x", "--mount", "/tmp://gctl/", "--", "a"], "/gctl is reserved"),
+        (
+            ["submit", "--image", "x", "--mount", "/tmp:/gctl/ckpt:ro", "--", "a"],
+            "/gctl is reserved",
+        ),
+        (["submit", "--image", "x", "--mount", "/tmp:/a/../gctl", "--", "a"], "/gctl is reserved"),
+        (
+            ["submit", "--image", "x", "--mount", f"/t:{GPU_DIR_IN_CONTAINER}/0", "--", "a"],
+            "reserved",
+        ),
+        (
+            ["submit", "--image", "x", "--mount", "/a:/d", "--mount", "/b:/d/", "--", "a"],
+            "two mounts onto /d",
+        ),
         (["show", "job", "999"], "unknown job 999"),
         (["node", "show", "ghost"], "unknown node 'ghost'"),
         (["node", "add", "bad name", "--host", "h", *FP], "node name 'bad name'"),
@@ -333,6 +369,47 @@ def test_bad_input_is_one_line_exit_1_and_changes_nothing(
     assert len(err.strip().splitlines()) == 1 and err.startswith("gctl: error: ")
     assert needle in err
     assert (_rows(gdb, "SELECT * FROM jobs"), _rows(gdb, "SELECT * FROM nodes")) == before
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        (
+            "nul.jsonl",
+            '{"image": "i", "command": ["a\\u0000"], "gpus": 1}',
+            "command: argument 1: NUL",
+        ),
+        (
+            "env.jsonl",
+            '{"image": "i", "command": ["a"], "gpus": 1, "env": {"A": "\\udcff"}}',
+            "UTF-8",
+        ),
+        ("name.json", '[{"image": "i", "command": ["a"], "gpus": 1, "name": "\\udcff"}]', "--name"),
+        ("empty.toml", '[[job]]\nimage = "i"\ncommand = [""]\ngpus = 1\n', "program to run"),
+        (
+            "mnt.toml",
+            '[[job]]\nimage = "i"\ncommand = ["a"]\ngpus = 1\nmounts = ["/t:/gctl"]\n',
+            "reserved",
+        ),
+        (
+            "bytes.jsonl",
+            '{"image": "i", "command": ["\udcff"], "gpus": 1}',
+            "bytes.jsonl:2: not valid UTF-8",
+        ),
+    ],
+)
+def test_batch_files_refuse_specs_that_can_never_run(
+    gdb: Path, tmp_path: Path, name: str, content: str, needle: str
+) -> None:
+    batch = tmp_path / name
+    good = '{"image": "i", "command": ["a"], "gpus": 1}\n' if name.endswith(".jsonl") else ""
+    # surrogateescape writes the lone surrogate of bytes.jsonl as the byte 0xff.
+    batch.write_bytes((good + content).encode("utf-8", "surrogateescape"))
+    code, out, err = run("submit", "-f", str(batch))
+    assert (code, out) == (1, ""), err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"gctl: error: {batch}")
+    assert needle in err
+    assert _rows(gdb, "SELECT COUNT(*) FROM jobs") == [(0,)]
 
 
 def test_usage_errors_exit_2(gdb: Path) -> None:
@@ -375,7 +452,7 @@ def test_random_flag_values_never_crash_and_never_half_store(
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(argv=st.lists(TEXT, min_size=1, max_size=5), name=TEXT)
+@given(argv=st.lists(TEXT, min_size=1, max_size=5).filter(lambda a: a[0] != ""), name=TEXT)
 def test_text_is_stored_byte_for_byte(gdb: Path, argv: list[str], name: str) -> None:
     clean_name = "".join(c for c in name if ord(c) >= 32 and ord(c) != 127)
     job = int(_ok("submit", "--parsable", "--image", "i", "--name", clean_name, "--", *argv))
