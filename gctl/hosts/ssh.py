@@ -179,12 +179,16 @@ class Pool:
 
     def _endpoint(self, target: Target) -> _Endpoint:
         """Node settings first, then ``~/.ssh/config`` for the host (or alias), then defaults."""
-        conf = self._config.lookup(target.host) if self._config else {}
+        try:  # a lookup may resolve the name (CanonicalizeHostname); Port may not be a number
+            conf = self._config.lookup(target.host) if self._config else {}
+            port = target.port or int(conf.get("port", 22))
+        except Exception as exc:
+            raise HostError(target.node, f"~/.ssh/config for {target.host!r}: {_why(exc)}") from exc
         key_files = [target.key_path] if target.key_path else []
         key_files += [str(Path(p).expanduser()) for p in conf.get("identityfile", [])]
         return _Endpoint(
             host=conf.get("hostname", target.host),
-            port=target.port or int(conf.get("port", 22)),
+            port=port,
             user=target.user or conf.get("user"),
             key_files=tuple(key_files),
             proxy_command=conf.get("proxycommand"),
@@ -220,11 +224,18 @@ class Pool:
             return client
 
     def _socket(self, target: Target, ep: _Endpoint) -> socket.socket | paramiko.ProxyCommand:
-        if ep.proxy_command:
-            return paramiko.ProxyCommand(ep.proxy_command)
+        """The connection to the host; HostError for the node whatever stops it.
+
+        The resolver raises more than OSError for a name it cannot take
+        (UnicodeError from IDNA for ``a..b``, OverflowError for a port), and so
+        does starting a ProxyCommand; a bad host is its node's error, never
+        the caller's crash.
+        """
         try:
+            if ep.proxy_command:
+                return paramiko.ProxyCommand(ep.proxy_command)
             return socket.create_connection((ep.host, ep.port), timeout=self.connect_timeout)
-        except OSError as exc:
+        except Exception as exc:
             raise HostError(target.node, f"cannot reach {ep.host}:{ep.port}: {_why(exc)}") from exc
 
     def _connect(self, target: Target) -> paramiko.SSHClient:
