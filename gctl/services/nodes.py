@@ -8,6 +8,7 @@ answered within the heartbeat timeout (or never has).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ HEARTBEAT_TIMEOUT = 60.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _EMULATE = re.compile(r"^(\d{1,2})\s*[xX]\s*(\S+)$")
 _FINGERPRINT = re.compile(r"^SHA256:[A-Za-z0-9+/]{43}$")
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+"""One label of a host name, after IDNA (``_`` too: ``~/.ssh/config`` aliases may have it)."""
 _ADMIN = {"drain": "drain", "undrain": "up", "down": "down", "resume": "up"}
 
 
@@ -185,8 +188,7 @@ def add_node(
     check_fingerprint(host_key_fingerprint)
     if work_dir is not None and not work_dir.startswith("/"):
         raise ServiceError(f"--work-dir {work_dir!r}: give an absolute path on the host")
-    if not host or any(c.isspace() or ord(c) < 32 for c in host):
-        raise ServiceError(f"--host {host!r}: not a host name or address")
+    check_host(host)
     if not 1 <= port <= 65535:
         raise ServiceError(f"--port {port}: must be 1..65535")
     gpus = parse_emulated(emulate_gpus) if emulate_gpus else []
@@ -214,6 +216,35 @@ def add_node(
         return views(s, [row], detail=True)[0]
 
 
+def check_host(host: str) -> str:
+    """An IP address, or a host name (or ``~/.ssh/config`` alias) that the resolver can take.
+
+    A name needs labels of letters, digits, ``-`` and ``_`` (non-ASCII ones
+    as IDNA encodes them) between single dots, and cannot end in a number.
+    The resolver raises UnicodeError for ``gpu01..example.com``; such a node
+    could never be reached, so it is never recorded.
+    """
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    bad = ServiceError(
+        f"--host {host!r}: not an IP address or a host name"
+        " (letters, digits, '-' and '_' between single dots)"
+    )
+    try:
+        name = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise bad from None
+    labels = name.removesuffix(".").split(".")
+    if len(name) > 253 or labels[-1].isdigit():
+        raise bad
+    if not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise bad
+    return host
+
+
 def check_fingerprint(text: str) -> str:
     """An OpenSSH ``SHA256:`` host key fingerprint, as ``ssh-keygen -lf`` prints it."""
     if not _FINGERPRINT.match(text):
@@ -237,6 +268,7 @@ def scan_host_key(
     from gctl.hosts.ssh import HostError, Pool, Target
 
     check_name(name)
+    check_host(host)
     with Pool() as pool:
         try:
             return pool.host_key(
