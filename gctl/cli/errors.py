@@ -14,7 +14,9 @@ def user_errors() -> tuple[type[Exception], ...]:
     start-up for importing the modules that define them (the simulator's,
     the scheduler core's).
     """
-    from sqlalchemy.exc import OperationalError
+    import sqlite3
+
+    from sqlalchemy.exc import DatabaseError
 
     from gctl.config import ConfigError
     from gctl.core.policy import PolicyOptionError, UnknownPolicyError
@@ -36,6 +38,7 @@ def user_errors() -> tuple[type[Exception], ...]:
         SpecError,
         StoreError,
         ConfigError,
-        OperationalError,
+        DatabaseError,  # "file is not a database", "database disk image is malformed", ...
+        sqlite3.DatabaseError,  # the same through the fast reader, which bypasses SQLAlchemy
         OSError,
     )

@@ -73,11 +73,15 @@ def main() -> None:
 
 
 def _one_line(exc: Exception) -> str:
-    """A user error as text; a file error names the file first, as shell tools do."""
-    from sqlalchemy.exc import OperationalError
+    """A user error as one line; a file error names the file first, as shell tools do."""
+    import sqlite3
+
+    from sqlalchemy.exc import DatabaseError
 
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror}"
-    if isinstance(exc, OperationalError):
-        return f"database: {exc.orig}"
+    if isinstance(exc, DatabaseError):  # not str(exc): that adds the SQL and a link
+        return "database: " + " ".join(str(exc.orig).split())
+    if isinstance(exc, sqlite3.DatabaseError):
+        return "database: " + " ".join(str(exc).split())
     return str(exc)

@@ -103,7 +103,7 @@ def reading(target: str | None) -> Iterator[Reader]:
 
 @contextmanager
 def reading_store(store: Store) -> Iterator[Reader]:
-    """A reader over an opened store's engine (any backend)."""
+    """A reader over an opened store's engine (any backend); a driver error is a ServiceError."""
     conn = store.engine.raw_connection()
     sqlite = store.engine.dialect.name == "sqlite"
     try:
@@ -111,6 +111,9 @@ def reading_store(store: Store) -> Iterator[Reader]:
         if sqlite:  # gctl's SQLite connections leave BEGIN to their user
             cursor.execute("BEGIN")
         yield Reader(cursor, "?" if sqlite else "%s")
+    except store.engine.dialect.loaded_dbapi.Error as exc:  # raw: SQLAlchemy wraps none
+        why = " ".join(str(exc).split())
+        raise ServiceError(f"cannot read database {store.url}: {why}") from None
     finally:
         conn.rollback()
         conn.close()

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 from clikit import run
+from dbfaults import ruin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gctl import config
 from gctl.hosts.emulated import GPU_DIR_IN_CONTAINER
 from gctl.hosts.engine import JOB_DIR_IN_CONTAINER
+from gctl.services import jobs, specs
 from gctl.services.db import connect
 
 
@@ -415,6 +417,21 @@ def test_batch_files_refuse_specs_that_can_never_run(
     assert len(err.strip().splitlines()) == 1 and err.startswith(f"gctl: error: {batch}")
     assert needle in err
     assert _rows(gdb, "SELECT COUNT(*) FROM jobs") == [(0,)]
+
+
+@pytest.mark.parametrize("header", [False, True], ids=["pages", "header"])
+def test_a_ruined_store_file_is_a_one_line_error(gdb: Path, header: bool) -> None:
+    store = connect(str(gdb))
+    many = [specs.build(image="i", command=["run", str(i) * 40], gpus=1) for i in range(600)]
+    jobs.submit(store, many)
+    store.engine.dispose()
+    ruin(gdb, 40, header=header)
+    for args in (["submit", "--image", "i", "--", "x"], ["queue"], ["show", "job", "1"]):
+        code, out, err = run(*args)
+        assert (code, out) == (1, ""), (args, err)
+        assert len(err.strip().splitlines()) == 1, (args, err)
+        assert err.startswith("gctl: error: ")
+        assert "not a database" in err if header else "malformed" in err
 
 
 def test_usage_errors_exit_2(gdb: Path) -> None:

@@ -102,3 +102,11 @@ def test_a_failing_transaction_writes_nothing_and_foreign_keys_hold(store: db.St
     with transaction(store.engine, write=False) as s:
         assert s.scalar(select(func.count()).select_from(JobRow)) == before
         assert s.get(JobRow, 1).state == "PENDING"  # type: ignore[union-attr]
+
+
+def test_a_driver_error_while_reading_is_one_service_error(store: db.Store) -> None:
+    from gctl.services.reader import reading_store
+
+    failed = pytest.raises(ServiceError, match=r"^cannot read database .*no_such_table")
+    with failed, reading_store(store) as reader:
+        reader.rows("SELECT * FROM no_such_table")
