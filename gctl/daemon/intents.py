@@ -11,7 +11,8 @@ marked ``done`` or ``failed`` with the result in words (also an event).
 - resume: an operator-suspended job goes back to the queue and restarts from
   its checkpoint as soon as GPUs are free.
 - requeue: checkpoint, back to the queue (``--hold``: REQUEUE_HOLD).
-- migrate: checkpoint and restart on ``--to NODE[:GPUS]`` (free GPUs there).
+- migrate: checkpoint and restart on ``--to NODE[:GPUS]`` (free GPUs there),
+  or without ``--to`` on the free GPUs the scheduler would choose.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from gctl.core.placement import node_set
+from gctl.core.placement import free_set, node_set
 from gctl.daemon import lease, moves
 from gctl.daemon.jobfiles import Mirror, mirror_dir
 from gctl.daemon.site import Site, job_gpus, job_nodes
@@ -125,7 +126,7 @@ def _one(site: Site, kind: str, job_id: int | None, args: dict[str, object], use
                 )
             if not job_gpus(s, job_id):
                 raise Refused(f"job {job_id} is {row.state} and holds no GPUs")
-            dst = _target(site, s, row, str(args["to"])) if kind == "migrate" else []
+            dst = _target(site.store, s, row, args.get("to")) if kind == "migrate" else []
             why = f"{kind} asked by {user}"
             moves.begin(
                 s,
@@ -167,11 +168,23 @@ def _resume(s: Session, row: JobRow, user: str) -> str:
     return "back in the queue; restarts from its checkpoint"
 
 
-def _target(site: Site, s: Session, row: JobRow, to: str) -> list[tuple[str, int]]:
-    """The GPUs ``--to NODE[:GPUS]`` names, free and as many as the job holds."""
-    name, _, listed = to.partition(":")
+def _target(store: Store, s: Session, row: JobRow, to: object) -> list[tuple[str, int]]:
+    """Free GPUs for the job to move to, as many as it holds.
+
+    ``to`` is what ``--to NODE[:GPUS]`` named, or None (no ``--to``): then
+    the scheduler picks as for a job of that size (Gandiva's choice among
+    free GPUs, which the job's own are not), within one node unless the job
+    is larger than any.
+    """
     count = len(job_gpus(s, row.id))
-    snap = read(site.store.engine, now=now())
+    snap = read(store.engine, now=now())
+    if not to:
+        state = snap.state
+        found = free_set(state, count, span=count > state.max_size)
+        if found is None:
+            raise Refused(f"no {count} free GPU(s) for job {row.id} to move to; try again later")
+        return list(found)
+    name, _, listed = str(to).partition(":")
     ns = snap.state.nodes.get(name)
     if ns is None or not ns.open:
         raise Refused(f"node {name} is not up")
