@@ -16,12 +16,18 @@ checkpoints when gctl asks for them::
             run.checkpoint({"step": step + 1})
             if run.must_exit:
                 sys.exit(0)
+    run.finish()                            # done: gctl may now record it COMPLETED
 
 What gctl and the job agree on, in the job directory (``$GCTL_JOB_DIR``,
 ``/gctl`` in the container, kept on the host across restarts):
 
 - ``progress.json``: ``{"step", "steps", "time", "rate", "sdk"}``, replaced
-  atomically; the daemon reads it to measure progress.
+  atomically; the daemon reads it to measure progress. Its final form
+  (:meth:`Run.finish`, or a report of the last of ``steps``) adds
+  ``"done": true``: only then does gctl record a job that exits 0 as
+  COMPLETED. An exit 0 before it, e.g. a checkpoint and exit on a SIGTERM
+  that gctl did not send (the engine or the host stopping), is an
+  interruption: the job restarts from its checkpoint.
 - ``checkpoint.json``: ``{"step", "state", "time"}`` written atomically and
   synced after the job's own files in ``checkpoint/``; a restarted job
   resumes from it, on the same GPUs or elsewhere.
@@ -120,7 +126,8 @@ class Run:
         """
         now = time.monotonic()
         self._recent.append(now)
-        if force or now - self._last_report >= self._report_every:
+        last = steps is not None and step >= steps
+        if force or last or now - self._last_report >= self._report_every:
             self._last_report = now
             span = self._recent[-1] - self._recent[0]
             rate = (len(self._recent) - 1) / span if span > 0 else 0.0
@@ -131,8 +138,27 @@ class Run:
                 "rate": rate,
                 "sdk": SDK_VERSION,
             }
-            _write_json(self.dir / PROGRESS_FILE, progress, sync=False)
+            if last:
+                progress["done"] = True
+            _write_json(self.dir / PROGRESS_FILE, progress, sync=last)
         return self._asked_checkpoint
+
+    def finish(self, step: int | None = None) -> None:
+        """Say the job's work is done (its final report), before it exits 0.
+
+        Without it (or a report of the last of ``steps``), an exit 0 is taken
+        for an interruption and the job restarts from its checkpoint.
+        """
+        progress: dict[str, Any] = {"time": time.time(), "sdk": SDK_VERSION, "done": True}
+        if step is not None:
+            progress["step"] = step
+        else:
+            try:
+                last = json.loads((self.dir / PROGRESS_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                last = {}
+            progress.update({k: last[k] for k in ("step", "steps", "rate") if k in last})
+        _write_json(self.dir / PROGRESS_FILE, progress, sync=True)
 
     def checkpoint(self, state: dict[str, Any]) -> None:
         """Record a checkpoint: ``state`` (JSON-able, with at least ``step``) after the job's files.
@@ -141,7 +167,7 @@ class Run:
         makes the checkpoint count, atomically, and clears a SIGUSR1 request.
         """
         step = int(state.get("step", 0))
-        record = {"step": step, "state": state, "time": time.time()}
+        record = {"step": step, "state": state, "time": time.time(), "attempt": self.attempt}
         _write_json(self.dir / CHECKPOINT_FILE, record, sync=True)
         self._asked_checkpoint = False
 

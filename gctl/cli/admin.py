@@ -58,6 +58,7 @@ def current(
     from gctl.store.settings import HEAD
 
     store = db.connect(target(ctx))
+    db.require_file(store)
     at, head = db.revision(store), HEAD
     doc = {"url": store.url, "source": store.source, "current": at, "head": head}
     if json_out:

@@ -42,6 +42,18 @@ def daemon(
     grace: Annotated[
         float, typer.Option(help="Seconds a job has to checkpoint and exit when moved.")
     ] = 30.0,
+    lease_s: Annotated[
+        float,
+        typer.Option(
+            "--lease", help="Seconds without renewal after which another daemon may take over."
+        ),
+    ] = 30.0,
+    standby: Annotated[
+        bool,
+        typer.Option(
+            "--standby", help="Wait for the store's lease and take over when its holder stops."
+        ),
+    ] = False,
     state_dir: Annotated[
         Path | None,
         typer.Option(help="Where the daemon keeps checkpoint copies (default: next to the db)."),
@@ -68,6 +80,7 @@ def daemon(
             reconcile_every=reconcile_every,
             node_timeout=node_timeout,
             grace=grace,
+            lease=lease_s,
             state_dir=state_dir,
             dcgm_dir=dcgm_dir,
         )
@@ -96,8 +109,13 @@ def daemon(
         where = f"; metrics on :{server.port}" if server is not None else ""
         render.status(f"gctl daemon: policy {chosen.name}, store {st.url}{where}")
 
+    def waiting(why: str) -> None:
+        render.status(f"gctl daemon: standby, {why}")
+
     try:
-        Daemon(st, chosen, config, counters).run(stop, on_ready=ready)
+        Daemon(st, chosen, config, counters).run(
+            stop, on_ready=ready, standby=standby, waiting=waiting
+        )
     finally:
         if server is not None:
             server.close()

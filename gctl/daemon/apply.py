@@ -21,11 +21,13 @@ them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable, Collection, Iterator, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import groupby
 from operator import itemgetter
 from typing import Any, cast
 
@@ -38,6 +40,8 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal_column,
+    null,
     select,
     update,
 )
@@ -57,7 +61,8 @@ from gctl.core.decisions import (
     Unpack,
 )
 from gctl.core.model import GpuRef
-from gctl.daemon import lanes, moves
+from gctl.daemon import lanes, moves, startfail
+from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Launch, Site, job_gpus, job_nodes, launches, share_gpus
 from gctl.gcpause import gc_paused
 from gctl.hosts.ssh import HostError
@@ -82,27 +87,55 @@ RECORD_EVERY = 0.25
 """Seconds of host actions after which a batch records what it did, while the rest go on."""
 PARALLEL = 32
 """Lanes of host actions carried out at once (see :mod:`gctl.daemon.lanes`)."""
+APPLY_WITHIN = 2.0
+"""Seconds a pass waits for its placements and freezes before it moves on."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 
 
 @dataclass
 class Applied:
-    """What one batch of decisions did: carried out, and refused by a host."""
+    """What one batch of decisions did: carried out, refused by a host, or left for later.
+
+    ``done`` also lists the decisions handed to background work (moves,
+    thaws), which record their own outcome; ``deferred`` are those that
+    touched a job, GPU or node busy with other work, or a node that does not
+    answer: the next pass decides again.
+    """
 
     done: list[Decision] = field(default_factory=list)
     failed: list[tuple[Decision, str]] = field(default_factory=list)
+    deferred: list[Decision] = field(default_factory=list)
 
 
 class Applier:
-    """Carries out the decisions taken on one snapshot of the store."""
+    """Carries out the decisions taken on one snapshot of the store.
 
-    def __init__(self, site: Site, snap: Snapshot, observe: Callable[[str, float], None]):
+    ``blocked`` are nodes no decision may act on now (not answering, or not
+    reconciled since they came back); the work already in flight
+    (``inflight``) keeps its jobs and GPUs busy.
+    """
+
+    def __init__(
+        self,
+        site: Site,
+        snap: Snapshot,
+        observe: Callable[[str, float], None],
+        inflight: Inflight,
+        blocked: Collection[str] = (),
+    ):
         self.site = site
         self.snap = snap
         self.observe = observe
+        self.inflight = inflight
+        self.blocked = set(blocked)
         self._nodes: dict[str, NodeRow] | None = None
         self._placed: dict[str, tuple[GpuRef, ...]] = {}
+        self._holds: dict[str, tuple[GpuRef, ...]] = dict(snap.held)
+        self._deferred_jobs: set[str] = set()
+        self._deferred_gpus: set[GpuRef] = set()
+        self._busy_jobs = inflight.busy_jobs
+        self._busy_gpus = inflight.busy_gpus
 
     def apply(self, decisions: list[Decision]) -> Applied:
         """Carry out ``decisions`` in order; a refused one is reported, the rest go on.
@@ -110,28 +143,94 @@ class Applier:
         Runs of placements, queue reasons and freezes are carried out on the
         hosts in parallel lanes (in order for each job) and recorded
         together, a transaction every :data:`RECORD_EVERY` seconds and at
-        least one per :data:`BATCH` decisions; moves and thaws are carried
-        out one at a time.
+        least one per :data:`BATCH` decisions, for at most
+        :data:`APPLY_WITHIN` seconds: what still runs then is finished in
+        the background. Moves and thaws go to the background at once. A
+        decision touching busy work waits for a later pass, and so does
+        every later decision touching its job or GPUs.
         """
         out = Applied()
-        for batched, run in groupby(decisions, key=_batched):
-            if batched:
-                self._batches(cast(list[Batched], list(run)), out)
+        run: list[Batched] = []
+        for d in decisions:
+            if self._defer(d):
+                out.deferred.append(d)
+            elif _batched(d):
+                run.append(cast(Batched, d))
             else:
-                for d in run:
-                    self._timed(d, out)
+                if run:
+                    self._batches(run, out)
+                    run = []
+                self._background(d, out)
+        if run:
+            self._batches(run, out)
         return out
 
-    def _timed(self, d: Decision, out: Applied) -> None:
+    def _defer(self, d: Decision) -> bool:
+        """Whether ``d`` must wait (module docstring of :class:`Applied`); tracks what it holds."""
+        job = d.job_id
+        held = self._holds.get(job, ())
+        target: tuple[GpuRef, ...] = ()
+        if isinstance(d, Place | Pack | Grow | Shrink):
+            target = d.gpus
+        elif isinstance(d, Migrate):
+            target = d.dst
+        touched = set(held) | set(target)
+        row_id = self.snap.job_ids.get(job)
+        if (
+            job in self._deferred_jobs
+            or row_id in self._busy_jobs
+            or touched & (self._deferred_gpus | self._busy_gpus)
+            or any(node in self.blocked for node, _ in touched)
+        ):
+            self._deferred_jobs.add(job)
+            self._deferred_gpus |= touched
+            return True
+        if isinstance(d, Requeue):
+            self._holds.pop(job, None)
+        elif target:
+            self._holds[job] = target
+        return False
+
+    def _busy(self, d: Decision) -> tuple[int, set[GpuRef]]:
+        """The job row and GPUs background work for ``d`` keeps busy (before and after it)."""
+        row_id = self.snap.job_ids[d.job_id]
+        gpus = set(self.snap.held.get(d.job_id, ())) | set(self._holds.get(d.job_id, ()))
+        return row_id, gpus
+
+    def _background(self, d: Decision, out: Applied) -> None:
+        """Start a move or a thaw on a background thread; it records its own outcome."""
         started = now()
         try:
-            self._one(d)
+            work = self._begin(d)
         except HostError as exc:
             self._refused(d, str(exc))
             out.failed.append((d, str(exc)))
-        else:
-            out.done.append(d)
-        self.observe(type(d).__name__.lower(), now() - started)
+            return
+        row_id, gpus = self._busy(d)
+        kind = type(d).__name__.lower()
+
+        def done(future: Future[Any]) -> None:
+            error = future.exception()
+            if isinstance(error, HostError):
+                self._refused(d, str(error))
+            elif error is not None:
+                raise error
+            self.observe(kind, now() - started)
+
+        self.inflight.submit(f"{kind} of job {row_id}", work, jobs=[row_id], gpus=gpus, done=done)
+        self._busy_jobs.add(row_id)
+        self._busy_gpus |= gpus
+        out.done.append(d)
+
+    def _begin(self, d: Decision) -> Callable[[], object]:
+        """Record what must be recorded first; the host work still to do."""
+        if isinstance(d, Migrate | Grow | Shrink | Requeue | Suspend) or (
+            isinstance(d, Pack) and not self._holds_now(d.job_id, d.gpus)
+        ):
+            row_id = self._record_move(d)
+            return partial(moves.finish, self.site, row_id)
+        assert isinstance(d, Resume | Pack)  # Pack onto the GPUs it holds
+        return partial(self._thaw, self.snap.job_ids[d.job_id], d)
 
     def _node_rows(self, s: Session) -> dict[str, NodeRow]:
         """Every node with its GPUs, for placements: read once per run of batched decisions.
@@ -158,25 +257,18 @@ class Applier:
         """
         with gc_paused():
             for first in range(0, len(run), BATCH):
-                for done in self._act(run[first : first + BATCH]):
-                    carried = [step for step in done if step.error is None]
-                    for step in done:
-                        if step.error is not None:
-                            self._placed.pop(step.item.job_id, None)
-                            self._refused(step.item, str(step.error))
-                            out.failed.append((step.item, str(step.error)))
-                    self._record([step.item for step in carried], out)
-                    for step in carried:
-                        self.observe(type(step.item).__name__.lower(), now() - step.began)
+                self._act(run[first : first + BATCH], out)
             self._nodes = None
 
-    def _act(self, batch: list[Batched]) -> Iterator[list[lanes.Done[Batched]]]:
+    def _act(self, batch: list[Batched], out: Applied) -> None:
         """Carry out the batch's host actions in parallel lanes (:mod:`gctl.daemon.lanes`).
 
         Everything the actions need is read from the store first; then the
         containers start and freeze, several at a time, and what is done is
-        handed back every :data:`RECORD_EVERY` seconds to be recorded while
-        the rest goes on.
+        recorded every :data:`RECORD_EVERY` seconds while the rest goes on.
+        Past :data:`APPLY_WITHIN` seconds the pass moves on: actions not
+        begun are dropped (decided again next pass), and those still running
+        are recorded when they end, their jobs and GPUs busy meanwhile.
         """
         ids = self.snap.job_ids
         steps: list[lanes.Step[Batched]] = []
@@ -185,7 +277,42 @@ class Applier:
             attempts = _attempts(s, {ids[d.job_id] for d in batch if not isinstance(d, Place)})
             for d in batch:
                 steps.append(self._step(s, d, placing, attempts))
-        yield from lanes.run(steps, workers=PARALLEL, every=RECORD_EVERY)
+        nodes = {n for step in steps for n in step.nodes}
+        running = lanes.LaneRun(steps, workers=PARALLEL)
+        until = time.monotonic() + APPLY_WITHIN
+        with self.inflight.acting(nodes):
+            while not running.finished and time.monotonic() < until:
+                self._outcomes(running.take(RECORD_EVERY), out)
+        if running.finished:
+            return
+        late = running.cancel()
+        self._outcomes(running.take(), out)
+        jobs = {ids[step.item.job_id] for step in late}
+        gpus = {g for step in late for g in self._holds.get(step.item.job_id, ())}
+        self.inflight.track(
+            f"{len(late)} start(s) past the pass",
+            running.future,
+            jobs,
+            gpus,
+            nodes,
+            done=lambda _: self._outcomes(running.take(), Applied()),
+        )
+        self._busy_jobs |= jobs
+        self._busy_gpus |= gpus
+
+    def _outcomes(self, done: list[lanes.Done[Batched]], out: Applied) -> None:
+        """Record what a batch carried out, report what hosts refused; skipped ones vanish."""
+        carried = [step for step in done if step.error is None and not step.skipped]
+        for step in done:
+            if step.error is not None:
+                self._placed.pop(step.item.job_id, None)
+                self._refused(step.item, str(step.error), permanent=step.error.permanent)
+                out.failed.append((step.item, str(step.error)))
+            elif step.skipped:
+                out.deferred.append(step.item)
+        self._record([step.item for step in carried], out)
+        for step in carried:
+            self.observe(type(step.item).__name__.lower(), now() - step.began)
 
     def _step(
         self, s: Session, d: Batched, placing: dict[int, Launch], attempts: dict[int, int]
@@ -214,6 +341,8 @@ class Applier:
 
     def _record(self, done: list[Batched], out: Applied) -> None:
         """Record decisions carried out on the hosts, in one write transaction."""
+        if not done:
+            return
         with transaction(self.site.store.engine, write=True) as s:
             records = _Records(self.snap, now())
             for d in done:
@@ -225,13 +354,14 @@ class Applier:
         """Record how each placed job now shares its GPUs (exclusive, packed, time-sliced).
 
         Placing a job into a group changes the mode of the jobs already there.
+        Jobs whose decisions waited keep their stored mode.
         """
         state = self.snap.state
         with gc_paused(), transaction(self.site.store.engine, write=True) as s:
             want = {
                 self.snap.job_ids[j]: state.mode_of(j).value
                 for j, js in state.jobs.items()
-                if js.gpus and j in self.snap.job_ids
+                if js.gpus and j in self.snap.job_ids and j not in self._deferred_jobs
             }
             conn = s.connection()
             found = conn.execute(select(AllocationRow.id, AllocationRow.job_id, AllocationRow.mode))
@@ -242,27 +372,10 @@ class Applier:
             ]
             _executemany(conn, _SET_MODE, changed)
 
-    def _row(self, s: Session, job_id: str) -> JobRow:
-        row = s.get(JobRow, self.snap.job_ids[job_id])
-        if row is None:
-            raise HostError("-", f"job {job_id} removed from the store")
-        return row
-
     def _mode(self, job_id: str) -> str:
         return self.snap.state.mode_of(job_id).value
 
-    def _one(self, d: Decision) -> None:
-        if isinstance(d, Migrate | Grow | Shrink | Requeue | Suspend) or (
-            isinstance(d, Pack) and not self._holds(d.job_id, d.gpus)
-        ):
-            self._move(d)
-            return
-        with transaction(self.site.store.engine, write=True) as s:
-            row = self._row(s, d.job_id)
-            if isinstance(d, Resume | Pack):  # Pack onto the GPUs it holds
-                self._thaw(s, row, d)
-
-    def _holds(self, job_id: str, gpus: tuple[tuple[str, int], ...]) -> bool:
+    def _holds_now(self, job_id: str, gpus: tuple[tuple[str, int], ...]) -> bool:
         with transaction(self.site.store.engine, write=False) as s:
             return job_gpus(s, self.snap.job_ids[job_id]) == sorted(gpus)
 
@@ -274,31 +387,50 @@ class Applier:
                 if c.running and not c.paused:
                     engine.pause(c.id)
 
-    def _thaw(self, s: Session, row: JobRow, d: Resume | Pack) -> None:
-        """Let the job run on its GPUs: thaw its containers, or start it anew if they are gone."""
-        nodes = job_nodes(s, row.id)
-        found = {n.name: self.site.containers(n, row.id, row.attempt) for n in nodes}
-        if all(found.values()):
+    def _thaw(self, row_id: int, d: Resume | Pack) -> None:
+        """Let the job run on its GPUs: thaw its containers, or start it anew if they are gone.
+
+        Runs in the background; the job's state is recorded after the host acted.
+        """
+        with transaction(self.site.store.engine, write=False) as s:
+            row = s.get(JobRow, row_id)
+            if row is None:
+                raise HostError("-", f"job {row_id} removed from the store")
+            nodes = job_nodes(s, row.id)
+            attempt, gpus, launch = row.attempt, job_gpus(s, row.id), Launch.of(row)
+        found = {n.name: self.site.containers(n, row_id, attempt) for n in nodes}
+        restarted = not all(found.values())
+        if restarted:
+            self.site.kill(nodes, row_id)
+            launch = dataclasses.replace(launch, attempt=attempt + 1)
+            with transaction(self.site.store.engine, write=False) as s:
+                self.site.start(s, launch, gpus)
+        else:
             for node in nodes:
                 for c in found[node.name]:
                     if c.paused:
                         self.site.engine(node).unpause(c.id)
-        else:
-            self.site.kill(nodes, row.id)
-            row.attempt += 1
-            self.site.start(s, Launch.of(row), job_gpus(s, row.id))
-        set_state(s, row, "RUNNING", d.reason)
-        if isinstance(d, Pack):
-            with_ = [self.snap.job_ids[j] for j in d.with_jobs if j in self.snap.job_ids]
-            text = f"job {row.id} packed with job(s) {', '.join(map(str, with_))}: {d.reason}"
-            events.record(s, "job.pack", text, job_id=row.id, data={"with": with_})
-        else:
-            events.record(s, "job.resume", f"job {row.id} resumed: {d.reason}", job_id=row.id)
-
-    def _move(self, d: Migrate | Grow | Shrink | Requeue | Suspend | Pack) -> None:
-        """A checkpoint move: recorded, then carried through (see :mod:`gctl.daemon.moves`)."""
         with transaction(self.site.store.engine, write=True) as s:
-            row = self._row(s, d.job_id)
+            row = s.get(JobRow, row_id)
+            if row is None:
+                return
+            row.attempt = launch.attempt
+            set_state(s, row, "RUNNING", d.reason)
+            if isinstance(d, Pack):
+                with_ = [self.snap.job_ids[j] for j in d.with_jobs if j in self.snap.job_ids]
+                text = f"job {row.id} packed with job(s) {', '.join(map(str, with_))}: {d.reason}"
+                events.record(s, "job.pack", text, job_id=row.id, data={"with": with_})
+            else:
+                events.record(s, "job.resume", f"job {row.id} resumed: {d.reason}", job_id=row.id)
+
+    def _record_move(self, d: Migrate | Grow | Shrink | Requeue | Suspend | Pack) -> int:
+        """Record a checkpoint move (step 1 of :mod:`gctl.daemon.moves`); the job's row id."""
+        with transaction(self.site.store.engine, write=True) as s:
+            row = s.get(JobRow, self.snap.job_ids[d.job_id])
+            if row is None:
+                raise HostError("-", f"job {d.job_id} removed from the store")
+            if row.op is not None:
+                raise HostError("-", f"job {row.id} is being moved already ({row.op['kind']})")
             if isinstance(d, Requeue):
                 moves.begin(s, row, "requeue", (), mode="exclusive", reason=d.reason)
             elif isinstance(d, Suspend):  # by checkpoint, keeping its GPUs
@@ -308,11 +440,16 @@ class Applier:
                 dst = d.dst if isinstance(d, Migrate) else d.gpus
                 kind = _MOVE_KINDS.get(type(d), "pack")
                 moves.begin(s, row, kind, dst, mode=self._mode(d.job_id), reason=d.reason)
-            row_id = row.id
-        moves.finish(self.site, row_id)
+            return row.id
 
-    def _refused(self, d: Decision, why: str) -> None:
-        """A host refused: the job waits again, with the host's words as its reason."""
+    def _refused(self, d: Decision, why: str, *, permanent: bool = False) -> None:
+        """A host refused: the job waits again, with the host's words as its reason.
+
+        A placement that failed is undone. Its job is held (Slurm's launch
+        failed hold) when asking again cannot help, and otherwise tried
+        again after a back-off that doubles with every failure in a row, so
+        a job that cannot start never holds up the others.
+        """
         job_id = getattr(d, "job_id", None)
         if job_id is None or job_id not in self.snap.job_ids:
             return
@@ -322,9 +459,15 @@ class Applier:
                 return
             if isinstance(d, Place):  # containers it got on other nodes go
                 names = {n for n, _ in d.gpus}
-                self.site.kill(s.scalars(select(NodeRow).where(NodeRow.name.in_(names))), row.id)
+                nodes = list(s.scalars(select(NodeRow).where(NodeRow.name.in_(names))))
+                self.inflight.submit(
+                    f"removing job {row.id}'s partial start",
+                    partial(self.site.kill, nodes, row.id),
+                    jobs=[row.id],
+                    gpus=d.gpus,
+                )
                 s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
-                row.reason = f"start failed: {why}"
+                startfail.record(s, row, why, permanent=permanent, at=now())
             events.record(s, "job.error", f"job {row.id}: {why}", job_id=row.id)
 
 
@@ -452,6 +595,9 @@ def _job_update(keys: tuple[str, ...]) -> Update:
         values[JobRow.start_time] = func.coalesce(
             JobRow.start_time, bindparam("started_at", type_=Double())
         )
+        # It started: earlier failed starts are forgotten (SQL constants, not parameters).
+        values[JobRow.start_failures] = literal_column("0")
+        values[JobRow.retry_at] = null()
     if "new_mechanism" in keys:
         values[JobRow.mechanism] = func.coalesce(JobRow.mechanism, bindparam("new_mechanism"))
     return update(JobRow).where(JobRow.id == bindparam("row_id")).values(values)

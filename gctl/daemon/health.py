@@ -1,22 +1,27 @@
 """Node heartbeats: nodes that stop answering are marked down, and come back by themselves.
 
-Every heartbeat samples each node (its Docker engine over SSH). A node that
-answers has ``last_seen`` set; one that has not answered for the node
-timeout is marked ``down`` with the reason ``not responding: ...`` (by
-``gctl-daemon``, as ``sinfo -R`` shows it), and the next reactive pass
-requeues its jobs from their last checkpoint. A node the daemon marked down
-returns to service when it answers again (Slurm's ``ReturnToService=1``);
-reconcile then removes its stale containers. A node an operator marked down
-stays down.
+The daemon's observations of the nodes (:mod:`gctl.daemon.watch`) are its
+heartbeats. A node that answers has ``last_seen`` set; one whose observation
+failed, or has not answered within its deadline, gets ``last_error`` (so
+``gctl node ls`` shows it not responding, ``*``) at once, and once it has
+not answered for the node timeout it is marked ``down`` with the reason
+``not responding: ...`` (by ``gctl-daemon``, as ``sinfo -R`` shows it); the
+next reactive pass requeues its jobs from their last checkpoint. A node the
+daemon marked down returns to service when it answers again (Slurm's
+``ReturnToService=1``), after reconcile has removed its stale containers. A
+node an operator marked down stays down.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gctl.daemon.site import Site
+from gctl.daemon.watch import Observation
 from gctl.services import events, nodes
-from gctl.services.telemetry import NodeSample
 from gctl.store.engine import transaction
 from gctl.store.models import NodeRow
 
@@ -26,48 +31,54 @@ NOT_RESPONDING = "not responding"
 
 
 class Heartbeat:
-    """Tracks how long each node has failed to answer, across samples."""
+    """Tracks since when each node has failed to answer, across observations."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, answer_within: float) -> None:
         self.timeout = timeout
+        self.answer_within = answer_within
         self._failing_since: dict[str, float] = {}
 
-    def record(self, site: Site, samples: list[NodeSample], at: float) -> list[str]:
-        """Store what the samples say; the nodes newly marked down."""
+    def record(
+        self, site: Site, seen: list[Observation], overdue: Mapping[str, float], at: float
+    ) -> list[str]:
+        """Store what the observations say and which nodes are overdue; nodes newly marked down."""
+        answers = {o.node: o for o in seen}
+        for name, late in overdue.items():
+            self._failing_since.setdefault(name, at - late)
+        for o in seen:
+            if o.error is None:
+                self._failing_since.pop(o.node, None)
+            else:
+                self._failing_since.setdefault(o.node, o.began)
+        if not answers and not self._failing_since:
+            return []
         down: list[str] = []
         with transaction(site.store.engine, write=True) as s:
-            rows = {r.name: r for r in s.scalars(select(NodeRow))}
-            for sample in samples:
-                row = rows.get(sample.node)
-                if row is None:
+            names = set(answers) | set(self._failing_since)
+            for row in s.scalars(select(NodeRow).where(NodeRow.name.in_(names))):
+                got = answers.get(row.name)
+                if got is not None and got.error is None:
+                    self._answered(s, row, got)
                     continue
-                if sample.error is None:
-                    self._failing_since.pop(row.name, None)
-                    row.last_seen, row.last_error = at, None
-                    if row.admin_state == "down" and _marked_by_daemon(row):
-                        nodes.mark(row, "up", None, DAEMON_USER, at)
-                        events.record(
-                            s,
-                            "node.up",
-                            f"node {row.name} answers again",
-                            node=row.name,
-                            user=DAEMON_USER,
-                        )
-                    continue
-                row.last_error = sample.error
-                since = self._failing_since.setdefault(row.name, at)
+                why = got.error if got is not None else f"no answer within {self.answer_within:g}s"
+                if got is not None or row.last_error is None:
+                    row.last_error = why
+                since = self._failing_since[row.name]
                 if row.admin_state != "down" and at - since >= self.timeout:
-                    why = f"{NOT_RESPONDING} for {at - since:.0f}s: {sample.error}"
-                    nodes.mark(row, "down", why, DAEMON_USER, at)
-                    events.record(
-                        s,
-                        "node.down",
-                        f"node {row.name} down: {why}",
-                        node=row.name,
-                        user=DAEMON_USER,
-                    )
+                    text = f"{NOT_RESPONDING} for {at - since:.0f}s: {row.last_error}"
+                    nodes.mark(row, "down", text, DAEMON_USER, at)
+                    message = f"node {row.name} down: {text}"
+                    events.record(s, "node.down", message, node=row.name, user=DAEMON_USER)
                     down.append(row.name)
         return down
+
+    def _answered(self, s: Session, row: NodeRow, got: Observation) -> None:
+        """A node that answered: seen now, and back in service if the daemon had marked it down."""
+        row.last_seen, row.last_error = got.began, None
+        if row.admin_state == "down" and _marked_by_daemon(row):
+            nodes.mark(row, "up", None, DAEMON_USER, got.began)
+            text = f"node {row.name} answers again"
+            events.record(s, "node.up", text, node=row.name, user=DAEMON_USER)
 
 
 def _marked_by_daemon(row: NodeRow) -> bool:

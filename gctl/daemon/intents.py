@@ -1,7 +1,9 @@
 """Operator intents (``gctl cancel/suspend/resume/requeue/migrate``) carried out by the daemon.
 
 Each pending intent is taken in the order it was recorded, carried out, and
-marked ``done`` or ``failed`` with the result in words (also an event).
+marked ``done`` or ``failed`` with the result in words (also an event). Its
+store side is done by the tick; its host work runs in the background
+(``running`` meanwhile), so a host that hangs delays only its own intents.
 
 - cancel: the job's containers are killed and it ends CANCELLED; with
   ``--signal`` the signal is only delivered, as ``scancel --signal`` does.
@@ -17,7 +19,10 @@ marked ``done`` or ``failed`` with the result in words (also an event).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,8 @@ from sqlalchemy.orm import Session
 
 from gctl.core.placement import free_set, node_set
 from gctl.daemon import lease, moves
-from gctl.daemon.jobfiles import Mirror, mirror_dir
+from gctl.daemon.inflight import Inflight
+from gctl.daemon.jobfiles import mirror_dir
 from gctl.daemon.site import Site, job_gpus, job_nodes
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import events
@@ -57,54 +63,105 @@ class Outcome:
         return asdict(self)
 
 
-def carry_out(site: Site) -> list[Outcome]:
-    """Carry out every pending intent, oldest first; what became of each."""
+Started = Callable[[], str]
+"""Host work an intent still needs (run in the background); returns the result in words."""
+
+
+def carry_out(site: Site, inflight: Inflight, outcomes: list[Outcome] | None = None) -> None:
+    """Carry out every pending intent, oldest first, never waiting for a host.
+
+    An intent's store side is done here; its host work (killing, signalling,
+    a checkpoint move) runs in the background (:mod:`gctl.daemon.inflight`)
+    and the intent is marked ``running`` meanwhile, then ``done`` or
+    ``failed``. An intent on a job with work in flight waits its turn. Each
+    outcome is appended to ``outcomes`` when given, as it is known.
+    """
+    busy = inflight.busy_jobs
     with transaction(site.store.engine, write=False) as s:
         pending = s.execute(
-            select(IntentRow.id, IntentRow.kind, IntentRow.job_id, IntentRow.args, IntentRow.user)
-            .where(IntentRow.status == "pending")
+            select(
+                IntentRow.id,
+                IntentRow.kind,
+                IntentRow.job_id,
+                IntentRow.args,
+                IntentRow.user,
+                IntentRow.status,
+            )
+            .where(IntentRow.status.in_(("pending", "running")))
             .order_by(IntentRow.id)
         ).all()
-    out: list[Outcome] = []
-    for intent_id, kind, job_id, args, user in pending:
+    for intent_id, kind, job_id, args, user, status in pending:
+        if job_id in busy:
+            continue
+        if status == "running":  # its work ended with a daemon that died: the move is finished
+            _close(site, Outcome(intent_id, kind, job_id, "done", "carried through"), outcomes)
+            continue
         try:
-            result = _one(site, kind, job_id, dict(args or {}), user)
-            status = "done"
+            result = _start(site, kind, job_id, dict(args or {}), user, intent_id)
         except (Refused, HostError) as exc:
-            result, status = str(exc), "failed"
-        with transaction(site.store.engine, write=True) as s:
-            intent = s.get(IntentRow, intent_id)
-            if intent is not None:
-                intent.status, intent.result, intent.done_at = status, result, now()
-            events.record(s, f"intent.{status}", f"{kind} of job {job_id}: {result}", job_id=job_id)
-        out.append(Outcome(intent_id, kind, job_id, status, result))
-    return out
+            _close(site, Outcome(intent_id, kind, job_id, "failed", str(exc)), outcomes)
+            continue
+        if isinstance(result, str):
+            _close(site, Outcome(intent_id, kind, job_id, "done", result), outcomes)
+            continue
+        work, gpus = result
+
+        def done(future: Future[str], i: int = intent_id, k: str = kind, j: int = job_id) -> None:
+            error = future.exception()
+            if error is not None and not isinstance(error, HostError):
+                raise error
+            status, text = ("failed", str(error)) if error else ("done", future.result())
+            _close(site, Outcome(i, k, j, status, text), outcomes)
+
+        inflight.submit(f"{kind} of job {job_id}", work, jobs=[job_id], gpus=gpus, done=done)
+        busy.add(job_id)
+
+
+def _close(site: Site, outcome: Outcome, outcomes: list[Outcome] | None) -> None:
+    """Mark an intent done or failed, with its result (also an event)."""
+    with transaction(site.store.engine, write=True) as s:
+        intent = s.get(IntentRow, outcome.intent_id)
+        if intent is not None:
+            intent.status, intent.result, intent.done_at = outcome.status, outcome.result, now()
+        text = f"{outcome.kind} of job {outcome.job_id}: {outcome.result}"
+        events.record(s, f"intent.{outcome.status}", text, job_id=outcome.job_id)
+    if outcomes is not None:
+        outcomes.append(outcome)
 
 
 def carry_out_unless_a_daemon_runs(
-    store: Store, state_dir: Path | None = None
+    store: Store, state_dir: Path | None = None, *, wait: float = 120.0
 ) -> list[Outcome] | None:
     """Carry out pending intents here when no daemon holds the store; None when one does.
 
-    The lease is held meanwhile, so a daemon started now waits its turn.
+    The lease is held meanwhile, so a daemon started now waits its turn; the
+    host work is waited for (up to ``wait`` seconds).
     """
     try:
-        lease.acquire(store)
+        epoch = lease.acquire(store)
     except lease.LeaseHeld:
         return None
-    mirror = Mirror(mirror_dir(state_dir))
+    out: list[Outcome] = []
+    inflight = Inflight()
     try:
         with Pool() as pool:
-            site = Site(store, pool, mirror)
+            site = Site(lease.fenced(store, epoch), pool, mirror_dir(state_dir), epoch=epoch)
             try:
-                return carry_out(site)
+                carry_out(site, inflight, out)
+                inflight.wait(wait)
+                inflight.collect()
             finally:
                 site.close()
     finally:
-        lease.release(store)
+        inflight.close()
+        lease.release(store, epoch)
+    return out
 
 
-def _one(site: Site, kind: str, job_id: int | None, args: dict[str, object], user: str) -> str:
+def _start(
+    site: Site, kind: str, job_id: int | None, args: dict[str, object], user: str, intent_id: int
+) -> str | tuple[Started, list[tuple[str, int]]]:
+    """Do an intent's store side; its result, or the host work it still needs and its GPUs."""
     if job_id is None:
         raise Refused(f"{kind}: no job given")
     with transaction(site.store.engine, write=True) as s:
@@ -113,51 +170,63 @@ def _one(site: Site, kind: str, job_id: int | None, args: dict[str, object], use
             raise Refused(f"job {job_id} has already finished")
         if row.op is not None:
             raise Refused(f"job {job_id} is being moved ({row.op['kind']}); try again")
+        gpus = job_gpus(s, job_id)
+        intent = s.get(IntentRow, intent_id)
+        if intent is not None:
+            intent.status = "running"  # undone if this transaction fails
         if kind == "cancel":
-            return _cancel(site, s, row, args, user)
+            return _cancel(site, s, row, args, user), gpus
         if kind == "resume":
             return _resume(s, row, user)
-        if kind in ("suspend", "requeue", "migrate"):
-            if kind != "requeue" and row.mechanism != MECHANISM_CHECKPOINT:
-                raise Refused(
-                    f"job {job_id} cannot checkpoint (it does not use the gctl job SDK),"
-                    f" so it cannot be {'suspended' if kind == 'suspend' else 'moved'};"
-                    " it can only take turns by time slicing"
-                )
-            if not job_gpus(s, job_id):
-                raise Refused(f"job {job_id} is {row.state} and holds no GPUs")
-            dst = _target(site.store, s, row, args.get("to")) if kind == "migrate" else []
-            why = f"{kind} asked by {user}"
-            moves.begin(
-                s,
-                row,
-                kind,
-                dst,
-                mode="exclusive",
-                reason=why,
-                user=user,
-                hold=bool(args.get("hold")),
+        if kind not in ("suspend", "requeue", "migrate"):
+            raise Refused(f"unknown intent {kind!r}")
+        if kind != "requeue" and row.mechanism != MECHANISM_CHECKPOINT:
+            raise Refused(
+                f"job {job_id} cannot checkpoint (it does not use the gctl job SDK),"
+                f" so it cannot be {'suspended' if kind == 'suspend' else 'moved'};"
+                " it can only take turns by time slicing"
             )
-    return moves.finish(site, job_id)
+        if not gpus:
+            raise Refused(f"job {job_id} is {row.state} and holds no GPUs")
+        dst = _target(site.store, s, row, args.get("to")) if kind == "migrate" else []
+        why = f"{kind} asked by {user}"
+        hold = bool(args.get("hold"))
+        moves.begin(s, row, kind, dst, mode="exclusive", reason=why, user=user, hold=hold)
+    return partial(moves.finish, site, job_id), gpus + list(dst)
 
 
-def _cancel(site: Site, s: Session, row: JobRow, args: dict[str, object], user: str) -> str:
+def _cancel(site: Site, s: Session, row: JobRow, args: dict[str, object], user: str) -> Started:
+    """Cancel in the store now (or note a signal); the killing (signalling) is host work."""
     signal = args.get("signal")
     nodes = job_nodes(s, row.id)
     if signal:
-        for node in nodes:
-            engine = site.engine(node)
-            for c in site.containers(node, row.id, row.attempt):
-                engine.kill(c.id, str(signal))
-        return f"signal {signal} sent"
-    missed = site.kill(nodes, row.id)
+        attempt = row.attempt
+        message = f"job {row.id}: signal {signal} sent by {user}"
+        data = {"signal": str(signal), "attempt": attempt}
+        events.record(s, "job.signal", message, job_id=row.id, user=user, data=data)
+
+        def send() -> str:
+            for node in nodes:
+                engine = site.engine(node)
+                for c in site.containers(node, row.id, attempt):
+                    engine.kill(c.id, str(signal))
+            return f"signal {signal} sent"
+
+        return send
     s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
     row.held = False
     set_state(s, row, "CANCELLED", f"cancelled by {user}")
     site.mirror.drop(row.id)
-    if missed:
-        return f"cancelled; node(s) {', '.join(missed)} did not answer (reconcile removes the rest)"
-    return "cancelled"
+    job_id = row.id
+
+    def kill() -> str:
+        missed = site.kill(nodes, job_id)
+        if missed:
+            names = ", ".join(missed)
+            return f"cancelled; node(s) {names} did not answer (reconcile removes the rest)"
+        return "cancelled"
+
+    return kill
 
 
 def _resume(s: Session, row: JobRow, user: str) -> str:

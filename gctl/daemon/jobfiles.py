@@ -1,43 +1,40 @@
 """A job's directory on its hosts: progress reports, and moving checkpoints between hosts.
 
 The job SDK (:mod:`gctl.job`) writes ``progress.json`` and ``checkpoint.json``
-into the job directory (``WORKDIR/jobs/<id>`` on the host). The daemon reads
-them over SSH, copies the directory to another host when a job moves (one
-``tar`` stream through the daemon), and keeps a copy of the latest one in its
-own *mirror* so a job whose host died can still restart from its last
-checkpoint elsewhere. Checkpoints that are too big to stream this way belong
-on shared storage the job mounts; the job directory is for small state.
+into the job directory. Each attempt of a job has its own directory on a
+host (``WORKDIR/stores/<store>/jobs/<id>/a<attempt>``, made by the host
+agent, :mod:`gctl.hosts.agent`, seeded from the job's newest earlier one
+there), so a stale run of an older attempt can never overwrite the current
+attempt's checkpoint. The daemon reads reports over SSH, and keeps a copy of
+the latest checkpointed directory in its own *mirror*, per store and per
+attempt, so a job whose host died can restart from its last checkpoint
+elsewhere; a move copies the directory to another host as one ``tar``
+stream. Checkpoints too big to stream this way belong on shared storage the
+job mounts; the job directory is for small state.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gctl.config import default_db_path
+from gctl.hosts import agent
 from gctl.hosts.ssh import Pool, Target
-from gctl.job import CHECKPOINT_FILE, PROGRESS_FILE
 
-_READ = f"""
-import json, sys
-out = {{}}
-for d in sys.argv[1:]:
-    got = {{}}
-    for key, name in (("progress", {PROGRESS_FILE!r}), ("checkpoint", {CHECKPOINT_FILE!r})):
-        try:
-            with open(d + "/" + name) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        if key == "checkpoint":
-            doc = {{"step": doc.get("step"), "time": doc.get("time")}}
-        got[key] = doc
-    out[d] = got
-json.dump(out, sys.stdout)
-"""
-"""Reads progress and checkpoint summaries of job directories (run by the host's python3)."""
+_AGENT = Path(agent.__file__).read_text(encoding="utf-8")
+"""The host agent's source, run by the host's ``python3 -c``."""
+
+
+def run_agent(pool: Pool, target: Target, mode: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Run one mode of :mod:`gctl.hosts.agent` on the host; its JSON answer."""
+    stdin = json.dumps(request).encode()
+    res = pool.run_ok(target, ["python3", "-c", _AGENT, mode], f"gctl agent {mode}", stdin=stdin)
+    return res.json_object(target.node, f"gctl agent {mode}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,29 +52,43 @@ class Report:
 
     @property
     def finished(self) -> bool:
-        """Whether the last report says every step is done."""
+        """Whether the job said its work is done: the SDK's final report, or every step reached."""
         p = self.progress or {}
+        if p.get("done") is True:
+            return True
         step, steps = p.get("step"), p.get("steps")
         return isinstance(step, int) and isinstance(steps, int) and steps > 0 and step >= steps
+
+
+def report_of(doc: dict[str, Any]) -> Report:
+    """A report from the agent's summary of one job directory."""
+    ckpt = doc.get("checkpoint") or {}
+    step, at = ckpt.get("step"), ckpt.get("time")
+    progress = doc.get("progress")
+    return Report(
+        progress if isinstance(progress, dict) else None,
+        step if isinstance(step, int) else None,
+        float(at) if isinstance(at, int | float) else None,
+    )
 
 
 def read_reports(pool: Pool, target: Target, dirs: list[str]) -> dict[str, Report]:
     """Every job directory's report on one host (missing files give empty reports)."""
     if not dirs:
         return {}
-    res = pool.run_ok(target, ["python3", "-c", _READ, *dirs], "reading job progress")
-    doc = res.json_object(target.node, "reading job progress")
-    out: dict[str, Report] = {}
-    for d in dirs:
-        got = doc.get(d) or {}
-        ckpt = got.get("checkpoint") or {}
-        step, at = ckpt.get("step"), ckpt.get("time")
-        out[d] = Report(
-            got.get("progress"),
-            step if isinstance(step, int) else None,
-            float(at) if isinstance(at, int | float) else None,
-        )
-    return out
+    got = run_agent(pool, target, "observe", {"dirs": dirs}).get("reports") or {}
+    return {d: report_of(got.get(d) or {}) for d in dirs}
+
+
+def prepare(pool: Pool, target: Target, base: str, attempt: int) -> float | None:
+    """Make attempt ``attempt``'s directory under ``base`` (see the agent); its checkpoint time.
+
+    An existing one is left as it is (a start tried again); a new one is
+    seeded from the job's newest earlier attempt on the host, else empty.
+    """
+    request = {"base": base, "attempt": attempt}
+    at = run_agent(pool, target, "prepare", request).get("checkpoint_time")
+    return float(at) if isinstance(at, int | float) else None
 
 
 def pack(pool: Pool, target: Target, job_dir: str) -> bytes:
@@ -98,38 +109,70 @@ def mirror_dir(state_dir: Path | None) -> Path:
 
 
 class Mirror:
-    """The daemon's own copy of each job's directory, as a tar file per job."""
+    """The daemon's own copy of each job's directory: a tar file per store, job and attempt.
+
+    Made private to the daemon's user (0700), whatever the umask: a job's
+    checkpoint is its owner's data.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _path(self, job_id: int) -> Path:
-        return self.root / f"{job_id}.tar"
+    def _dir(self, job_id: int) -> Path:
+        return self.root / str(job_id)
 
-    def save(self, job_id: int, data: bytes, checkpoint_time: float | None) -> None:
-        """Keep ``data`` as the job's copy (written aside and renamed, so never half-written)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self._path(job_id)
+    def _copies(self, job_id: int) -> list[tuple[int, Path]]:
+        """The job's copies, by attempt, newest last."""
+        try:
+            names = os.listdir(self._dir(job_id))
+        except FileNotFoundError:
+            return []
+        found = [(int(n[1:-4]), self._dir(job_id) / n) for n in names if _is_copy(n)]
+        return sorted(found)
+
+    def save(self, job_id: int, attempt: int, data: bytes, checkpoint_time: float | None) -> None:
+        """Keep ``data`` as the copy of the job's attempt (written aside and renamed).
+
+        Copies of older attempts go: this one is newer than any of theirs.
+        """
+        folder = self._dir(job_id)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        path = folder / f"a{attempt}.tar"
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
         at = checkpoint_time or 0.0  # the copy's mtime is its checkpoint's time
         os.utime(path, (at, at))
+        for older, old in self._copies(job_id):
+            if older < attempt:
+                old.unlink(missing_ok=True)
 
     def load(self, job_id: int) -> bytes | None:
-        """The job's copy, or None."""
+        """The job's newest copy, or None."""
+        copies = self._copies(job_id)
         try:
-            return self._path(job_id).read_bytes()
+            return copies[-1][1].read_bytes() if copies else None
         except FileNotFoundError:
             return None
 
     def checkpoint_time(self, job_id: int) -> float | None:
-        """When the checkpoint in the job's copy was taken (None: no copy)."""
+        """When the checkpoint in the job's newest copy was taken (None: no copy)."""
+        copies = self._copies(job_id)
         try:
-            return self._path(job_id).stat().st_mtime
+            return copies[-1][1].stat().st_mtime if copies else None
         except FileNotFoundError:
             return None
 
     def drop(self, job_id: int) -> None:
-        """Forget a finished job's copy."""
-        self._path(job_id).unlink(missing_ok=True)
+        """Forget a finished job's copies."""
+        for _, path in self._copies(job_id):
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self._dir(job_id).rmdir()
+
+
+def _is_copy(name: str) -> bool:
+    return name.startswith("a") and name.endswith(".tar") and name[1:-4].isdigit()

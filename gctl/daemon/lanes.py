@@ -7,16 +7,19 @@ are put into lanes: a job's actions all go, in order, into one lane (its
 freeze never overtakes its start); the jobs on one set of nodes are spread
 over :data:`PER_NODES` lanes; the lanes run side by side on at most
 ``workers`` threads. An action that fails takes the job's later actions in
-the batch with it, unrun. What is done is handed back every ``every``
-seconds, so the caller can record it while the rest goes on.
+the batch with it, unrun. What is done is handed back as it comes
+(:meth:`LaneRun.take`), so the caller can record it while the rest goes on,
+and the caller may stop waiting (a host that hangs): what was not begun is
+dropped, what runs is finished and handed back later.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from concurrent.futures import ALL_COMPLETED, ThreadPoolExecutor, wait
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Generic, TypeVar
@@ -42,11 +45,15 @@ class Step(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Done(Generic[T]):
-    """A step carried out (``error`` None) or refused, with when it began (epoch seconds)."""
+    """A step carried out (``error`` None), refused, or ``skipped`` (never begun: cancelled).
+
+    ``began`` is when it began (epoch seconds).
+    """
 
     item: T
     began: float
     error: HostError | None = None
+    skipped: bool = False
 
 
 def lanes(steps: Sequence[Step[T]]) -> list[list[tuple[int, Step[T]]]]:
@@ -74,61 +81,112 @@ def lanes(steps: Sequence[Step[T]]) -> list[list[tuple[int, Step[T]]]]:
     return out
 
 
-def run(steps: Sequence[Step[T]], *, workers: int, every: float) -> Iterator[list[Done[T]]]:
-    """Carry out ``steps`` in parallel lanes; yield what is done every ``every`` seconds.
+class LaneRun(Generic[T]):
+    """``steps`` being carried out in parallel lanes, on threads of their own.
 
-    Steps without an action are done at once, in the first yield. Each
-    yield lists its steps in the order given, so a job's outcomes come in the
-    order of its steps. Anything but a :class:`HostError` raised by an action
-    propagates.
+    :meth:`take` hands back what has been done since the last call, in the
+    order given (so a job's outcomes come in the order of its steps); steps
+    without an action are done at once. The caller may stop waiting at any
+    time: :meth:`cancel` drops the lanes not started yet and every step not
+    begun, and :attr:`future` ends when the steps still running have.
+    Anything but a :class:`HostError` raised by an action is reported as
+    that step's error, a ``HostError`` naming the bug.
     """
-    now = time.time()
-    first = [(i, Done(s.item, now)) for i, s in enumerate(steps) if s.action is None]
-    split = lanes(steps)
-    if not split:
-        yield [d for _, d in first]
-        return
-    # Appended by the lanes' threads (list.append is atomic), with each step's position.
-    finished: list[tuple[int, Done[T]]] = []
 
-    def run_lane(lane: list[tuple[int, Step[T]]]) -> None:
+    def __init__(self, steps: Sequence[Step[T]], *, workers: int) -> None:
+        began = time.time()
+        self._finished: list[tuple[int, Done[T]]] = [
+            (i, Done(s.item, began)) for i, s in enumerate(steps) if s.action is None
+        ]
+        self._taken = 0
+        self._cancelled = False
+        self._lock = threading.Lock()
+        self._new = threading.Condition(self._lock)
+        self._todo = deque(lanes(steps))
+        self._running: dict[int, Step[T]] = {}
+        self.future: Future[None] = Future()
+        threads = max(1, min(workers, len(self._todo)))
+        self._alive = threads if self._todo else 0
+        if not self._alive:
+            self.future.set_result(None)
+        for _ in range(self._alive):
+            threading.Thread(target=self._work, daemon=True, name="gctl-lane").start()
+
+    def _finish(self, position: int, done: Done[T]) -> None:
+        with self._new:
+            self._running.pop(position, None)
+            self._finished.append((position, done))
+            self._new.notify_all()
+
+    def _run_lane(self, lane: list[tuple[int, Step[T]]]) -> None:
         failed: dict[Hashable, str] = {}
         for position, step in lane:
             began = time.time()
+            with self._lock:
+                cancelled = self._cancelled
+                if not cancelled:
+                    self._running[position] = step
+            if cancelled:
+                self._finish(position, Done(step.item, began, skipped=True))
+                continue
             if step.job in failed:
                 why = f"not carried out: an earlier action on it failed ({failed[step.job]})"
-                finished.append((position, Done(step.item, began, HostError("-", why))))
+                self._finish(position, Done(step.item, began, HostError("-", why)))
                 continue
             assert step.action is not None
             try:
                 step.action()
             except HostError as exc:
                 failed[step.job] = str(exc)
-                finished.append((position, Done(step.item, began, exc)))
+                self._finish(position, Done(step.item, began, exc))
+            except Exception as exc:  # a bug: reported, and the lane goes on
+                error = HostError("-", f"internal error: {type(exc).__name__}: {exc}")
+                failed[step.job] = str(error)
+                self._finish(position, Done(step.item, began, error))
             else:
-                finished.append((position, Done(step.item, began)))
+                self._finish(position, Done(step.item, began))
 
-    todo = deque(split)
-
-    def work() -> None:
+    def _work(self) -> None:
         """Take lanes until none is left (a deque's popleft is atomic)."""
-        while todo:
-            try:
-                lane = todo.popleft()
-            except IndexError:
-                return
-            run_lane(lane)
+        try:
+            while True:
+                try:
+                    lane = self._todo.popleft()
+                except IndexError:
+                    return
+                self._run_lane(lane)
+        finally:
+            with self._new:
+                self._alive -= 1
+                last = self._alive == 0
+                self._new.notify_all()
+            if last:
+                self.future.set_result(None)
 
-    taken = 0
-    threads = max(1, min(workers, len(split)))
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        pending = {pool.submit(work) for _ in range(threads)}
-        while pending:
-            ended, pending = wait(pending, timeout=every, return_when=ALL_COMPLETED)
-            for future in ended:
-                future.result()  # a bug in an action is not swallowed
-            count = len(finished)
-            chunk, taken = first + finished[taken:count], count
-            first = []
-            if chunk:
-                yield [d for _, d in sorted(chunk, key=itemgetter(0))]
+    @property
+    def finished(self) -> bool:
+        """Whether every step is done and handed back."""
+        with self._lock:
+            return self._alive == 0 and self._taken == len(self._finished)
+
+    def take(self, wait: float = 0.0) -> list[Done[T]]:
+        """What was done since the last call, waiting up to ``wait`` seconds for something new."""
+        with self._new:
+            if self._taken == len(self._finished) and self._alive:
+                self._new.wait(wait)
+            chunk = self._finished[self._taken :]
+            self._taken = len(self._finished)
+        return [d for _, d in sorted(chunk, key=itemgetter(0))]
+
+    def cancel(self) -> list[Step[T]]:
+        """Start nothing more; the steps still running (their outcomes come later)."""
+        with self._lock:
+            self._cancelled = True
+            dropped = list(self._todo)
+            self._todo.clear()
+            running = list(self._running.values())
+        began = time.time()
+        for lane in dropped:
+            for position, step in lane:
+                self._finish(position, Done(step.item, began, skipped=True))
+        return running

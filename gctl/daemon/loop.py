@@ -1,18 +1,32 @@
 """``gctl daemon``: the reactive and introspective loops over the store and the hosts.
 
-Every tick (default 1 s) the daemon renews its lease, carries out operator
-intents, records exited jobs and runs the policy's reactive pass, so an
-exit or a node change is acted on within about a second. Between ticks it
-watches the store for new jobs and intents (:data:`WAKE_POLL`) and starts
-the next tick at once when one arrives, so a submission or an operator's
-request waits for no tick. On their own periods it samples the nodes (heartbeat, utilisation,
-progress: default every 5 s), reconciles the hosts with the store (30 s),
-and runs the policy's introspective pass (60 s): time slicing, packing,
-migration, defragmentation, grow and shrink.
+Every tick (default 1 s) the daemon renews its lease, takes in what its
+observations of the nodes found (:mod:`gctl.daemon.watch`: heartbeats,
+progress, containers that ended), records the jobs that ended
+(:mod:`gctl.daemon.ends`), reconciles nodes that came back, carries out
+operator intents and runs the policy's reactive pass, so an exit or a node
+change is acted on within about a second. The tick never waits on a host:
+observations and any host work that may take long run on threads of their
+own (:mod:`gctl.daemon.inflight`), a node that does not answer within its
+deadline is taken out of every decision at once and marked down after the
+node timeout, so one hung host delays nothing else. Between ticks the
+daemon watches the store for new jobs and intents (:data:`WAKE_POLL`) and
+starts the next tick at once when one arrives. On their own periods it
+reconciles every node with the store (30 s) and runs the policy's
+introspective pass (60 s): time slicing, packing, migration,
+defragmentation, grow and shrink.
 
-Stopping the daemon (SIGTERM, SIGINT) finishes the current step and gives
-the lease back; jobs keep running on their hosts while no daemon runs, and
-the next daemon adopts them.
+The daemon holds the store's lease, and every write it makes checks it
+(:mod:`gctl.daemon.lease`): a daemon that lost it stops with a message and
+writes nothing more. It checks the store itself at start and every
+:data:`HEALTH_EVERY` seconds (:mod:`gctl.store.health`): a SQLite file
+deleted, replaced or corrupted under it stops it with the reason, its jobs
+left running. Stopping the daemon (SIGTERM, SIGINT) finishes the
+current step, tells the hosts' watchdogs to stand down and gives the lease
+back; jobs keep running on their hosts while no daemon runs, and the next
+daemon adopts them. A daemon that dies without that (kill -9) is replaced
+by the next one within the node timeout, or the watchdogs stop the jobs as
+on a host cut off from it, and they restart from their checkpoints.
 """
 
 from __future__ import annotations
@@ -20,25 +34,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import selectinload
 
 from gctl.core.policy import Policy
-from gctl.daemon import dcgm, intents, lease, passes
+from gctl.daemon import dcgm, ends, intents, jobfiles, lease, passes
 from gctl.daemon.health import Heartbeat
-from gctl.daemon.jobfiles import Mirror, mirror_dir
+from gctl.daemon.inflight import Inflight, Work
+from gctl.daemon.jobfiles import mirror_dir
 from gctl.daemon.metrics import DaemonMetrics
 from gctl.daemon.reconcile import reconcile
 from gctl.daemon.site import DEFAULT_GRACE, Site
+from gctl.daemon.watch import JobHere, Watch
 from gctl.hosts.ssh import Pool
-from gctl.services import telemetry
+from gctl.services import hostops
 from gctl.services.db import Store
+from gctl.services.queue import ON_GPUS
 from gctl.store.engine import transaction
-from gctl.store.models import IntentRow, JobRow, now
+from gctl.store.health import StoreBroken, StoreHealth
+from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, NodeRow, now
 
 log = logging.getLogger("gctl.daemon")
 
@@ -47,6 +68,10 @@ Arrivals = tuple[int | None, int | None]
 
 WAKE_POLL = 0.05
 """Seconds between looks at the store for new jobs and intents while waiting for a tick."""
+STAND_DOWN_WITHIN = 5.0
+"""Seconds a stopping daemon gives the watchdogs' standdown."""
+HEALTH_EVERY = 10.0
+"""Seconds between checks that the store is still the one opened, and sound."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +87,30 @@ class DaemonConfig:
     lease: float = lease.DEFAULT_LEASE
     state_dir: Path | None = None
     dcgm_dir: str | None = None
+    answer_within: float | None = None
+    """Seconds an observation of a node may take before the node is not responding."""
 
     def __post_init__(self) -> None:
         """Reject periods no loop can keep."""
-        for name in ("tick", "introspect_every", "heartbeat_every", "reconcile_every"):
+        for name in ("tick", "introspect_every", "heartbeat_every", "reconcile_every", "lease"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be above 0")
         if self.node_timeout < self.heartbeat_every:
             raise ValueError("--node-timeout must be at least --heartbeat-every")
+        if self.lease < 2 * self.tick:
+            raise ValueError("--lease must be at least twice --tick")
 
     @property
     def mirror_dir(self) -> Path:
-        """Where the daemon keeps its copy of each job's checkpoint."""
+        """Where the daemon keeps its copy of each job's checkpoint (a folder per store)."""
         return mirror_dir(self.state_dir)
+
+    @property
+    def deadline(self) -> float:
+        """:attr:`answer_within`, or its default: 3 s (more for a slow tick), within the timeout."""
+        if self.answer_within is not None:
+            return self.answer_within
+        return min(self.node_timeout, max(3.0, 2 * self.tick))
 
 
 class Daemon:
@@ -87,85 +123,209 @@ class Daemon:
         self.policy = policy
         self.config = config
         self.metrics = metrics
-        self.heartbeat = Heartbeat(config.node_timeout)
-        self.mirror = Mirror(config.mirror_dir)
+        self.epoch: int | None = None
 
-    def run(self, stop: threading.Event, on_ready: Callable[[], None] | None = None) -> None:
-        """Hold the lease and loop; returns when ``stop`` is set (lease given back)."""
-        lease.acquire(self.store, lease=self.config.lease)
+    def run(
+        self,
+        stop: threading.Event,
+        on_ready: Callable[[], None] | None = None,
+        *,
+        standby: bool = False,
+        waiting: Callable[[str], None] | None = None,
+    ) -> None:
+        """Hold the lease and loop; returns when ``stop`` is set (lease given back).
+
+        With ``standby`` it first waits for the lease to be free (``waiting``
+        is told why it is not). Raises :class:`gctl.daemon.lease.Fenced` when
+        another daemon takes the store over.
+        """
         cfg = self.config
-        pool = Pool()
-        site = Site(self.store, pool, self.mirror, cfg.grace)
+        if standby:
+            epoch = lease.wait_for(self.store, stop, lease=cfg.lease, waiting=waiting)
+            if epoch is None:
+                return
+        else:
+            epoch = lease.acquire(self.store, lease=cfg.lease)
+        self.epoch = epoch
+        store = lease.fenced(self.store, epoch, lease=cfg.lease)
+        health = StoreHealth(store)
         try:
-            self._step("reconcile", lambda: reconcile(site))
+            health.check()
+        except StoreBroken:
+            lease.release(self.store, epoch)
+            raise
+        pool = Pool()
+        inflight = Inflight()
+        site = Site(store, pool, cfg.mirror_dir, cfg.grace, epoch=epoch)
+        watch = Watch(
+            site,
+            inflight,
+            heartbeat_every=cfg.heartbeat_every,
+            answer_within=cfg.deadline,
+            lease_timeout=cfg.node_timeout,
+        )
+        loop = _Loop(self, site, watch, inflight)
+        checked = time.monotonic()
+        try:
             if on_ready is not None:
                 on_ready()
-            due = {"heartbeat": 0.0, "reconcile": now() + cfg.reconcile_every}
-            due["introspect"] = now() + cfg.introspect_every
             while not stop.is_set():
                 started = time.monotonic()
-                if not lease.renew(self.store):
-                    raise lease.LeaseHeld("the store lease was taken over by another daemon")
-                seen = self._arrivals()
-                self._tick(site, due)
-                self._wait(stop, started + cfg.tick, seen)
+                if started - checked >= HEALTH_EVERY:
+                    checked = started
+                    health.check()
+                if not lease.renew(store, epoch):
+                    lease.check_held(store, epoch)
+                seen = _arrivals(store)
+                loop.tick()
+                _wait(store, stop, started + cfg.tick, seen)
+            loop.stand_down()
+        except StoreBroken:
+            loop.stand_down()  # the jobs keep running; a daemon on a sound store takes them on
+            raise
         finally:
+            watch.close()
+            inflight.close()
             site.close()
             pool.close()
-            lease.release(self.store)
+            lease.release(self.store, epoch)
 
-    def _tick(self, site: Site, due: dict[str, float]) -> None:
-        cfg, at = self.config, now()
-        if at >= due["heartbeat"]:
-            due["heartbeat"] = at + cfg.heartbeat_every
-            samples = telemetry.sample(self.store, pool=site.pool)
-            self._step("heartbeat", lambda: self.heartbeat.record(site, samples, at))
-            self._step("profile", lambda: passes.profile(site, samples, at))
-            if cfg.dcgm_dir:
-                self._step("dcgm", lambda: dcgm.sync(self.store, site.pool, str(cfg.dcgm_dir)))
-        if at >= due["reconcile"]:
-            due["reconcile"] = at + cfg.reconcile_every
-            self._step("reconcile", lambda: reconcile(site))
-        self._step("intents", lambda: intents.carry_out(site))
-        self._step(
-            "reactive", lambda: passes.reactive_pass(site, self.policy, now(), self.metrics.decided)
+
+class _Loop:
+    """The steps of one daemon's ticks, and when the periodic ones are due."""
+
+    def __init__(self, daemon: Daemon, site: Site, watch: Watch, inflight: Inflight) -> None:
+        self.daemon = daemon
+        self.cfg = daemon.config
+        self.site = site
+        self.watch = watch
+        self.inflight = inflight
+        self.heartbeat = Heartbeat(self.cfg.node_timeout, self.cfg.deadline)
+        at = now()
+        self.due = {
+            "reconcile": at + self.cfg.reconcile_every,
+            "introspect": at + self.cfg.introspect_every,
+            "dcgm": at,
+        }
+        self._dcgm: Work | None = None
+        self._nodes: dict[str, NodeRow] = {}
+
+    def tick(self) -> None:
+        """One tick: take in observations and finished work, reconcile, decide, act."""
+        cfg, at, site, watch = self.cfg, now(), self.site, self.watch
+        nodes, jobs = self._nodes_and_jobs()
+        self._nodes = nodes
+        watch.look(nodes, jobs)
+        seen = watch.collect()
+        overdue = watch.overdue()
+        _step("heartbeat", lambda: self.heartbeat.record(site, seen, overdue, at))
+        if any(o.full and o.error is None for o in seen):
+            _step("profile", lambda: passes.record_profiles(site, seen, watch.latest))
+        _step("ends", lambda: ends.settle(site, watch.latest, self.inflight))
+        self.inflight.collect()
+        if at >= self.due["reconcile"]:
+            self.due["reconcile"] = at + cfg.reconcile_every
+            _step("reconcile", lambda: reconcile(site, watch, self.inflight))
+        elif watch.unreconciled:
+            _step("reconcile", lambda: reconcile(site, watch, self.inflight, watch.unreconciled))
+        _step("intents", lambda: intents.carry_out(site, self.inflight))
+        decided = self.daemon.metrics.decided
+        _step(
+            "reactive",
+            lambda: passes.reactive_pass(
+                site, self.daemon.policy, now(), decided, self.inflight, watch.blocked
+            ),
         )
-        if at >= due["introspect"]:
-            due["introspect"] = at + cfg.introspect_every
-            self._step(
+        if at >= self.due["introspect"]:
+            self.due["introspect"] = at + cfg.introspect_every
+            _step(
                 "introspect",
-                lambda: passes.introspective_pass(site, self.policy, now(), self.metrics.decided),
+                lambda: passes.introspective_pass(
+                    site, self.daemon.policy, now(), decided, self.inflight, watch.blocked
+                ),
+            )
+        idle = self._dcgm is None or self._dcgm.future.done()
+        if cfg.dcgm_dir and at >= self.due["dcgm"] and idle:
+            self.due["dcgm"] = at + cfg.heartbeat_every
+            directory = str(cfg.dcgm_dir)
+            self._dcgm = self.inflight.submit(
+                "dcgm job mapping", lambda: dcgm.sync(site.store, site.pool, directory)
             )
 
-    def _arrivals(self) -> Arrivals:
-        """The newest job and intent ids: they change when work arrives from outside.
+    def _nodes_and_jobs(self) -> tuple[dict[str, NodeRow], dict[str, list[JobHere]]]:
+        """Every node (GPUs loaded), and the jobs holding GPUs on each."""
+        with transaction(self.site.store.engine, write=False) as s:
+            query = select(NodeRow).options(selectinload(NodeRow.gpus))
+            nodes = {r.name: r for r in s.scalars(query)}
+            held = s.execute(
+                select(JobRow.id, JobRow.attempt, NodeRow.name)
+                .join(AllocationRow, AllocationRow.job_id == JobRow.id)
+                .join(GpuRow, GpuRow.id == AllocationRow.gpu_id)
+                .join(NodeRow, NodeRow.id == GpuRow.node_id)
+                .where(JobRow.state.in_(sorted(ON_GPUS)))
+                .distinct()
+            ).all()
+        home: dict[int, str] = {}
+        for job_id, _, node in held:
+            home[job_id] = min(node, home.get(job_id, node))
+        jobs: dict[str, list[JobHere]] = defaultdict(list)
+        for job_id, attempt, node in held:
+            jobs[node].append(JobHere(job_id, attempt, home[job_id] == node))
+        return nodes, jobs
 
-        The daemon itself never adds a job or an intent, so its own writes do
-        not wake it.
+    def stand_down(self) -> None:
+        """Tell the answering nodes' watchdogs that the daemon stops on purpose (best effort).
+
+        The nodes are those the last tick read: the store may be what failed.
         """
-        with transaction(self.store.engine, write=False) as s:
-            newest = s.execute(
-                select(
-                    select(func.max(JobRow.id)).scalar_subquery(),
-                    select(func.max(IntentRow.id)).scalar_subquery(),
-                )
-            ).one()
-        return newest[0], newest[1]
+        for row in self._nodes.values():
+            if row.name in self.watch.not_responding:
+                continue
+            request = {"dir": hostops.agent_dir(row, self.site.store_id)}
+            target = hostops.target(row)
+            self.inflight.submit(
+                f"standdown on {row.name}",
+                partial(jobfiles.run_agent, self.site.pool, target, "standdown", request),
+            )
+        self.inflight.wait(STAND_DOWN_WITHIN)
 
-    def _wait(self, stop: threading.Event, until: float, seen: Arrivals) -> None:
-        """Sleep until ``until`` (monotonic), ``stop``, or a new job or intent in the store."""
-        while (left := until - time.monotonic()) > 0:
-            if stop.wait(min(left, WAKE_POLL)):
-                return
-            try:
-                if self._arrivals() != seen:
-                    return
-            except SQLAlchemyError:  # the store is away: the tick reports it
-                return
 
-    def _step(self, name: str, step: Callable[[], object]) -> None:
-        """Run one step; a failure is logged and the loop goes on (the next tick retries)."""
+def _arrivals(store: Store) -> Arrivals:
+    """The newest job and intent ids: they change when work arrives from outside.
+
+    The daemon itself never adds a job or an intent, so its own writes do
+    not wake it.
+    """
+    with transaction(store.engine, write=False) as s:
+        newest = s.execute(
+            select(
+                select(func.max(JobRow.id)).scalar_subquery(),
+                select(func.max(IntentRow.id)).scalar_subquery(),
+            )
+        ).one()
+    return newest[0], newest[1]
+
+
+def _wait(store: Store, stop: threading.Event, until: float, seen: Arrivals) -> None:
+    """Sleep until ``until`` (monotonic), ``stop``, or a new job or intent in the store."""
+    while (left := until - time.monotonic()) > 0:
+        if stop.wait(min(left, WAKE_POLL)):
+            return
         try:
-            step()
-        except Exception:  # the loop must outlive any one step; the traceback goes to the log
-            log.exception("%s step failed", name)
+            if _arrivals(store) != seen:
+                return
+        except SQLAlchemyError:  # the store is away: the tick reports it
+            return
+
+
+def _step(name: str, step: Callable[[], object]) -> None:
+    """Run one step; a failure is logged and the loop goes on (the next tick retries).
+
+    Losing the lease is not a step's failure: it stops the daemon.
+    """
+    try:
+        step()
+    except lease.Fenced:
+        raise
+    except Exception:  # the loop must outlive any one step; the traceback goes to the log
+        log.exception("%s step failed", name)

@@ -14,17 +14,21 @@ with a pending operation before anything is decided):
    meanwhile.
 2. :func:`finish`: unless the next attempt already runs on the target (a
    restart caught after starting it), the old attempt's containers get
-   SIGTERM (the job SDK checkpoints and exits) and are removed; the job
-   directory is copied into the daemon's mirror and on to the target hosts.
-   A job that turns out to have finished is recorded as completed. Then the
-   next attempt starts on the target and one transaction clears the
-   operation; requeue, suspend and slice instead leave the job waiting.
+   SIGTERM (the job SDK checkpoints and exits) and are removed; the old
+   attempt's job directory is copied into the daemon's mirror. A job that
+   turns out to have finished is recorded as completed. Then the next
+   attempt starts on the target, in a directory of its own seeded with that
+   checkpoint (:meth:`gctl.daemon.site.Site.prepare`), and one transaction
+   clears the operation; requeue, suspend and slice instead leave the job
+   waiting.
 
 Progress therefore continues from the last checkpoint, never from zero. A
 source host that does not answer holds the move back (the job may still run
-there) until it answers or is marked down; then the mirror's last copy
-stands in for its job directory. A target that refuses sends the job back to
-the queue.
+there) until it answers or is marked down; a down node is not contacted at
+all (its watchdog stops the job there, :mod:`gctl.hosts.agent`), and the
+mirror's last copy stands in for its job directory. A target that refuses
+sends the job back to the queue. :func:`finish` runs off the daemon's tick
+(:mod:`gctl.daemon.inflight`): it may wait a grace period for a checkpoint.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from gctl.core.model import GpuRef
 from gctl.daemon import jobfiles
 from gctl.daemon.site import Launch, Site, job_gpus, share_gpus
 from gctl.hosts.ssh import HostError
-from gctl.services import events, hostops
+from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
@@ -123,21 +127,16 @@ def finish(site: Site, job_id: int) -> str:
     kind = str(op["kind"])
     if kind in RESTART_KINDS and dst_nodes and _already_started(site, dst_nodes, job_id, new):
         return _done(site, job_id, op, "restarted (found running)")
-    stopped = site.stop(src_nodes, job_id, old)
-    alive = [n for n in stopped.unreachable if _node_up(src_nodes, n)]
-    if alive:  # the job may still run there: never start it twice
-        raise HostError(alive[0], "cannot stop the job there; the move is retried")
-    data, report = _take_checkpoint(site, src_nodes, job_id)
+    live = [n for n in src_nodes if n.admin_state != "down"]
+    stopped = site.stop(live, job_id, old)
+    if stopped.unreachable:  # the job may still run there: never start it twice
+        raise HostError(stopped.unreachable[0], "cannot stop the job there; the move is retried")
+    report = _take_checkpoint(site, live, job_id, old)
     if report is not None and report.finished and stopped.clean and stopped.exit_codes:
         return _completed(site, job_id)
     if kind in WAIT_KINDS:
         return _wait(site, job_id, op)
     try:
-        for node in dst_nodes:
-            if data is not None and node.name not in {n.name for n in src_nodes}:
-                jobfiles.unpack(
-                    site.pool, hostops.target(node), hostops.job_dir(node, job_id), data
-                )
         with transaction(site.store.engine, write=True) as s:
             row = s.get(JobRow, job_id)
             assert row is not None
@@ -155,10 +154,6 @@ def _nodes(s: Session, refs: list[list[Any]]) -> list[NodeRow]:
     return list(s.scalars(query.order_by(NodeRow.name)))
 
 
-def _node_up(nodes: list[NodeRow], name: str) -> bool:
-    return any(n.name == name and n.admin_state != "down" for n in nodes)
-
-
 def _already_started(site: Site, nodes: list[NodeRow], job_id: int, attempt: int) -> bool:
     try:
         return all(site.containers(n, job_id, attempt) for n in nodes)
@@ -167,15 +162,18 @@ def _already_started(site: Site, nodes: list[NodeRow], job_id: int, attempt: int
 
 
 def _take_checkpoint(
-    site: Site, nodes: list[NodeRow], job_id: int
-) -> tuple[bytes | None, jobfiles.Report | None]:
-    """The job directory from its first answering source node (into the mirror), or the mirror's."""
+    site: Site, nodes: list[NodeRow], job_id: int, attempt: int
+) -> jobfiles.Report | None:
+    """Copy the attempt's directory from its first answering node into the mirror; its report.
+
+    None when no node answers: the mirror's last copy stands in.
+    """
     for node in nodes:
         try:
-            return site.save(node, job_id)
+            return site.save(node, job_id, attempt)[1]
         except HostError:
             continue
-    return site.mirror.load(job_id), None
+    return None
 
 
 def _completed(site: Site, job_id: int) -> str:

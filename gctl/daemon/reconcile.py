@@ -1,14 +1,17 @@
 """Reconcile: make the hosts match the store, level-triggered, at start and periodically.
 
-The store says which attempt of which job runs on which GPUs; each
-answering node's gctl containers are compared with it:
+The store says which attempt of which job runs on which GPUs; each node's
+containers of this store, as a trustworthy observation found them
+(:meth:`gctl.daemon.watch.Watch.trusted`), are compared with it, and what
+must change is done in the background (:mod:`gctl.daemon.inflight`):
 
 - moves a daemon left half done are finished first (:mod:`gctl.daemon.moves`);
 - a container of a job's current attempt that the store does not know
   about (a daemon died between starting it and recording it) is *adopted*
   when its GPUs are free: its allocation is recorded and the job runs on;
 - any other container the store does not account for (old attempts, ended
-  or cancelled jobs, jobs requeued while their node was down) is removed;
+  or cancelled jobs, jobs requeued while their node was down or cut off) is
+  removed; a node that comes back is reconciled before it gets new work;
 - a container frozen while its job should run is thawed, and one running
   while its job is suspended is frozen;
 - a job the store has running whose container vanished (deleted by hand,
@@ -20,17 +23,20 @@ attempt, and the engine refuses a second container of the same name.
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from functools import partial
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gctl.core.model import GpuRef
 from gctl.daemon import moves
+from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Launch, Site, job_gpus, job_nodes
-from gctl.hosts.engine import ContainerState, Engine
-from gctl.hosts.ssh import HostError, fan_out
-from gctl.services import events, hostops
+from gctl.daemon.watch import Watch
+from gctl.hosts.engine import ContainerState
+from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
@@ -39,68 +45,89 @@ from gctl.store.snapshot import MECHANISM_FREEZE
 
 @dataclass
 class Report:
-    """What one reconcile did."""
+    """What one reconcile did (host actions started in the background)."""
 
-    moves_finished: list[int] = field(default_factory=list)
+    moves_resumed: list[int] = field(default_factory=list)
     adopted: list[int] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     thawed: list[int] = field(default_factory=list)
     frozen: list[int] = field(default_factory=list)
     restarted: list[int] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
 
 
-def reconcile(site: Site) -> Report:
-    """Compare the store with every answering node's containers and fix the difference."""
+def reconcile(
+    site: Site, watch: Watch, inflight: Inflight, names: Collection[str] | None = None
+) -> Report:
+    """Compare the store with the nodes' trustworthy observations and fix the difference.
+
+    ``names`` limits it to those nodes (default: every node observed). A
+    node reconciled is no longer *unreconciled* (:class:`Watch`). Moves
+    left pending by a daemon that died are carried on in the background.
+    """
     out = Report()
+    busy = inflight.busy_jobs
     with transaction(site.store.engine, write=False) as s:
-        pending_ops = list(s.scalars(select(JobRow.id).where(JobRow.op.is_not(None))))
-    for job_id in pending_ops:
-        with contextlib.suppress(HostError):
-            moves.finish(site, job_id)
-            out.moves_finished.append(job_id)
-    with transaction(site.store.engine, write=False) as s:
-        nodes = {r.name: r for r in s.scalars(select(NodeRow).where(NodeRow.admin_state != "down"))}
-    seen = fan_out(
-        [hostops.target(r) for r in nodes.values()], lambda t: site.engine(nodes[t.node]).owned()
-    )
-    for name, got in seen.items():
-        if not isinstance(got, HostError):
-            _node(site, nodes[name], got, out)
+        pending = s.execute(select(JobRow.id, JobRow.op).where(JobRow.op.is_not(None))).all()
+        nodes = {r.name: r for r in s.scalars(select(NodeRow))}
+    for job_id, op in pending:
+        if job_id in busy:
+            continue
+        gpus = [(str(n), int(i)) for n, i in (op or {}).get("src", []) + (op or {}).get("dst", [])]
+        inflight.submit(
+            f"finishing job {job_id}'s {op.get('kind') if op else 'move'}",
+            partial(moves.finish, site, job_id),
+            jobs=[job_id],
+            gpus=gpus,
+        )
+        out.moves_resumed.append(job_id)
+    for name in sorted(watch.latest if names is None else names):
+        seen = watch.trusted(name)
+        if seen is None or name not in nodes:
+            continue
+        _node(site, inflight, nodes[name], list(seen.containers), out)
+        watch.unreconciled.discard(name)
+        out.nodes.append(name)
     return out
 
 
-def _node(site: Site, node: NodeRow, containers: list[ContainerState], out: Report) -> None:
-    engine = site.engine(node)
+def _node(
+    site: Site, inflight: Inflight, node: NodeRow, containers: list[ContainerState], out: Report
+) -> None:
+    busy = inflight.busy_jobs
     with transaction(site.store.engine, write=True) as s:
         held = _held_here(s, node)
         present: set[int] = set()
         for c in containers:
             job_id = c.job_id
+            if job_id in busy:
+                continue
             row = s.get(JobRow, job_id) if job_id is not None else None
             if row is None or c.attempt != row.attempt or row.op is not None:
                 if row is None or row.op is None:
-                    _remove(engine, c, out)
+                    _remove(site, inflight, node, c, out)
                 continue
             if row.id in held:
                 present.add(row.id)
                 if c.exit_code is not None:
-                    continue  # ended: finish_exited records it
+                    continue  # ended: gctl.daemon.ends records it
                 if row.state == "RUNNING" and c.paused:
-                    engine.unpause(c.id)
+                    _act(site, inflight, node, c, "unpause")
                     out.thawed.append(row.id)
                 elif row.state == "SUSPENDED" and not c.paused:
-                    engine.pause(c.id)
+                    _act(site, inflight, node, c, "pause")
                     out.frozen.append(row.id)
             elif row.state == "PENDING" and c.running and _adopt(s, node, row, c):
                 present.add(row.id)
                 out.adopted.append(row.id)
             else:
-                _remove(engine, c, out)
+                _remove(site, inflight, node, c, out)
         for job_id, state in held.items():
-            if job_id not in present and state == "RUNNING":
+            if job_id not in present and job_id not in busy and state == "RUNNING":
                 row = s.get(JobRow, job_id)
                 assert row is not None
-                if row.op is None and _restart(site, s, row):
+                if row.op is None:
+                    _restart(site, inflight, s, row)
                     out.restarted.append(job_id)
 
 
@@ -116,10 +143,31 @@ def _held_here(s: Session, node: NodeRow) -> dict[int, str]:
     return {job_id: state for job_id, state in rows}
 
 
-def _remove(engine: Engine, c: ContainerState, out: Report) -> None:
-    with contextlib.suppress(HostError):
-        engine.remove(c.id)  # forced: a running one is killed first
-        out.removed.append(c.name)
+def _gpus(node: NodeRow, c: ContainerState) -> list[GpuRef]:
+    return [(node.name, i) for i in c.gpu_indices]
+
+
+def _remove(site: Site, inflight: Inflight, node: NodeRow, c: ContainerState, out: Report) -> None:
+    """Remove a container the store does not account for (forced: a running one is killed)."""
+    inflight.submit(
+        f"removing stale container {c.name} on {node.name}",
+        lambda: site.engine(node).remove(c.id),
+        jobs=[c.job_id] if c.job_id is not None else [],
+        gpus=_gpus(node, c),
+    )
+    out.removed.append(c.name)
+
+
+def _act(site: Site, inflight: Inflight, node: NodeRow, c: ContainerState, how: str) -> None:
+    """Freeze or thaw a container whose state disagrees with its job's."""
+    engine = site.engine(node)
+    action = engine.unpause if how == "unpause" else engine.pause
+    inflight.submit(
+        f"{how} of {c.name} on {node.name}",
+        partial(action, c.id),
+        jobs=[c.job_id] if c.job_id is not None else [],
+        gpus=_gpus(node, c),
+    )
 
 
 def _adopt(s: Session, node: NodeRow, row: JobRow, c: ContainerState) -> bool:
@@ -146,19 +194,20 @@ def _adopt(s: Session, node: NodeRow, row: JobRow, c: ContainerState) -> bool:
     return True
 
 
-def _restart(site: Site, s: Session, row: JobRow) -> bool:
-    """A running job whose container vanished starts again from its checkpoint."""
-    try:
-        site.kill(job_nodes(s, row.id), row.id)
-        row.attempt += 1
-        site.start(s, Launch.of(row), job_gpus(s, row.id))
-    except HostError as exc:
-        row.reason = f"restart failed: {exc}"
-        return False
-    events.record(
-        s,
-        "job.restart",
-        f"job {row.id}: container gone; restarted from its checkpoint (attempt {row.attempt})",
-        job_id=row.id,
-    )
-    return True
+def _restart(site: Site, inflight: Inflight, s: Session, row: JobRow) -> None:
+    """A running job whose container vanished starts again from its checkpoint (next attempt).
+
+    The new attempt is recorded here; its start runs in the background.
+    """
+    nodes, gpus = job_nodes(s, row.id), job_gpus(s, row.id)
+    row.attempt += 1
+    launch = Launch.of(row)
+    text = f"job {row.id}: container gone; restarted from its checkpoint (attempt {row.attempt})"
+    events.record(s, "job.restart", text, job_id=row.id)
+
+    def start() -> None:
+        site.kill(nodes, launch.id)
+        with transaction(site.store.engine, write=False) as rs:
+            site.start(rs, launch, gpus)
+
+    inflight.submit(f"restart of job {row.id}", start, jobs=[row.id], gpus=gpus)

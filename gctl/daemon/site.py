@@ -11,6 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, select, update
@@ -24,6 +25,7 @@ from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
 from gctl.services import hostops
 from gctl.services.db import Store
+from gctl.store.identity import store_id
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow
 
 DEFAULT_GRACE = 30.0
@@ -76,13 +78,28 @@ def launches(s: Session, ids: Collection[int]) -> dict[int, Launch]:
 
 
 class Site:
-    """The store, the hosts and the checkpoint mirror, as one daemon pass sees them."""
+    """The store, the hosts and the checkpoint mirror, as one daemon sees them.
 
-    def __init__(self, store: Store, pool: Pool, mirror: Mirror, grace: float = DEFAULT_GRACE):
+    ``store_id`` names the store on the hosts (container labels, job
+    directories); ``epoch`` is the daemon's lease epoch, written on the
+    containers it starts. The mirror is the store's own.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        pool: Pool,
+        mirror_root: Path,
+        grace: float = DEFAULT_GRACE,
+        *,
+        epoch: int = 0,
+    ):
         self.store = store
         self.pool = pool
-        self.mirror = mirror
+        self.store_id = store_id(store.engine)
+        self.mirror = Mirror(mirror_root / self.store_id)
         self.grace = grace
+        self.epoch = epoch
         self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}
         self._engines_lock = threading.Lock()
 
@@ -98,7 +115,7 @@ class Site:
                 return known[1]
             if known is not None:
                 known[1].close()
-            engine = hostops.engine(self.pool, row)
+            engine = hostops.engine(self.pool, row, self.store_id)
             self._engines[row.name] = (key, engine)
             return engine
 
@@ -123,9 +140,10 @@ class Site:
 
         ``nodes`` are the node rows, with their GPUs loaded, by name; no
         store access happens here, so launches on different nodes may run in
-        parallel threads. A restarted job (attempt above 0) first gets the
-        mirror's copy of its directory on every node whose own copy has an
-        older checkpoint; a new one starts with an empty directory.
+        parallel threads. Each node gets the attempt's own job directory,
+        seeded from the job's newest earlier attempt there; when the
+        mirror's copy holds a newer checkpoint than that, the mirror's goes
+        in instead. A new job starts with an empty directory.
         """
         by_node: dict[str, list[int]] = defaultdict(list)
         for name, index in refs:
@@ -135,47 +153,51 @@ class Site:
             if node is None:
                 raise HostError(name, "node removed from the store")
             gpus = [g for g in node.gpus if g.index in indices]
-            if job.attempt > 0:
-                self.restore(node, job.id)
+            self.prepare(node, job.id, job.attempt)
             self.engine(node).start(
                 ContainerSpec(
                     job_id=job.id,
                     attempt=job.attempt,
                     node=name,
+                    store_id=self.store_id,
+                    epoch=self.epoch,
                     image=job.image,
                     command=tuple(job.command),
                     gpu_indices=tuple(sorted(indices)),
                     gpu_uuids=tuple(g.uuid or f"GPU-{name}-{g.index}" for g in gpus),
-                    job_dir=hostops.job_dir(node, job.id),
+                    job_dir=hostops.job_dir(node, self.store_id, job.id, job.attempt),
                     emulated=node.emulated,
                     env=dict(job.env),
                     mounts=tuple(Mount(**m) for m in job.mounts),
                     cpuset=hostops.cpuset(gpus),
                     gpu_mem_mb=job.gpu_mem_mb,
                     emulated_dir=hostops.emulated_gpu_dir(node),
-                    fresh=job.attempt == 0,  # ids restart with a new store: no older job's files
                 )
             )
 
-    def restore(self, node: NodeRow, job_id: int) -> None:
-        """Put the mirror's copy of the job directory on ``node`` when it is newer there."""
-        kept = self.mirror.checkpoint_time(job_id)
-        if kept is None:
-            return
+    def prepare(self, node: NodeRow, job_id: int, attempt: int) -> None:
+        """Make the attempt's job directory on ``node``, with the newest checkpoint known."""
         target = hostops.target(node)
-        job_dir = hostops.job_dir(node, job_id)
-        here = jobfiles.read_reports(self.pool, target, [job_dir])[job_dir].checkpoint_time
-        data = self.mirror.load(job_id)
-        if data is not None and (here is None or here < kept):
-            jobfiles.unpack(self.pool, target, job_dir, data)
+        base = hostops.job_base(node, self.store_id, job_id)
+        here = jobfiles.prepare(self.pool, target, base, attempt)
+        kept = self.mirror.checkpoint_time(job_id) if attempt > 0 else None
+        if kept is not None and (here is None or here < kept):
+            data = self.mirror.load(job_id)
+            if data is not None:
+                job_dir = hostops.job_dir(node, self.store_id, job_id, attempt)
+                jobfiles.unpack(self.pool, target, job_dir, data)
 
-    def save(self, node: NodeRow, job_id: int) -> tuple[bytes, jobfiles.Report]:
-        """Copy the job directory from ``node`` into the mirror; the tar stream and its report."""
+    def job_dir(self, node: NodeRow, job_id: int, attempt: int) -> str:
+        """The attempt's job directory on ``node``."""
+        return hostops.job_dir(node, self.store_id, job_id, attempt)
+
+    def save(self, node: NodeRow, job_id: int, attempt: int) -> tuple[bytes, jobfiles.Report]:
+        """Copy an attempt's job directory from ``node`` into the mirror; the tar, its report."""
         target = hostops.target(node)
-        job_dir = hostops.job_dir(node, job_id)
+        job_dir = self.job_dir(node, job_id, attempt)
         data = jobfiles.pack(self.pool, target, job_dir)
         report = jobfiles.read_reports(self.pool, target, [job_dir])[job_dir]
-        self.mirror.save(job_id, data, report.checkpoint_time)
+        self.mirror.save(job_id, attempt, data, report.checkpoint_time)
         return data, report
 
     def containers(self, node: NodeRow, job_id: int, attempt: int | None) -> list[ContainerState]:

@@ -30,6 +30,10 @@ from gctl.hosts.emulated import EMULATED_UTIL_ENV, GPU_DIR_ENV, GPU_DIR_IN_CONTA
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
 
+LABEL_STORE = "gctl.store"
+"""The id of the store a container belongs to: gctl never touches another store's containers."""
+LABEL_EPOCH = "gctl.epoch"
+"""The lease epoch of the daemon that started the container."""
 LABEL_JOB = "gctl.job"
 LABEL_ATTEMPT = "gctl.attempt"
 LABEL_NODE = "gctl.node"
@@ -47,6 +51,14 @@ _SSH_BASE_URL = "http+docker://ssh"
 """The base URL docker-py gives its own SSH transport; requests to it go to our adapter."""
 
 
+def container_name(store_id: str, job_id: int, attempt: int) -> str:
+    """A job attempt's container name: store, job and attempt, so none ever clashes.
+
+    Names are unique per engine, and two stores may share one.
+    """
+    return f"gctl-{store_id}-{job_id}-{attempt}"
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerSpec:
     """Everything needed to start one job's container on one node."""
@@ -54,6 +66,7 @@ class ContainerSpec:
     job_id: int
     attempt: int
     node: str
+    store_id: str
     image: str
     command: tuple[str, ...]
     gpu_indices: tuple[int, ...]
@@ -67,13 +80,13 @@ class ContainerSpec:
     memory_limit_mb: int | None = None
     emulated_dir: str | None = None
     """The node's emulated-GPU directory (host path), shared by the jobs on emulated GPUs."""
-    fresh: bool = False
-    """Whether the job directory starts empty (a new job never sees an older one's files)."""
+    epoch: int = 0
+    """The lease epoch of the daemon starting the container (a label, for the record)."""
 
     @property
     def name(self) -> str:
-        """The container name: job id and attempt, so a restarted job never clashes."""
-        return f"gctl-{self.job_id}-{self.attempt}"
+        """The container name: :func:`container_name`."""
+        return container_name(self.store_id, self.job_id, self.attempt)
 
     def environment(self) -> dict[str, str]:
         """The job's own env, then what gctl tells every job (gctl's keys win)."""
@@ -99,6 +112,8 @@ class ContainerSpec:
     def labels(self) -> dict[str, str]:
         """Labels that let gctl find and recognise its containers on a host."""
         labels = {
+            LABEL_STORE: self.store_id,
+            LABEL_EPOCH: str(self.epoch),
             LABEL_JOB: str(self.job_id),
             LABEL_ATTEMPT: str(self.attempt),
             LABEL_NODE: self.node,
@@ -126,6 +141,10 @@ class ContainerState:
     oom_killed: bool
     error: str | None
     labels: Mapping[str, str]
+    started_at: str | None = None
+    """When the container last started, as Docker writes it (RFC 3339); None when not inspected."""
+    finished_at: str | None = None
+    """When it last ended (RFC 3339), for an ended container."""
 
     @property
     def job_id(self) -> int | None:
@@ -200,12 +219,18 @@ class _ChannelAdapter(requests.adapters.HTTPAdapter):
 
 
 class Engine:
-    """One node's Docker engine: start, pause, stop and inspect gctl's job containers."""
+    """One node's Docker engine: start, pause, stop and inspect one store's job containers.
+
+    Only containers labelled with ``store_id`` are listed as the store's; a
+    container of another store on the same engine is never seen, so never
+    touched.
+    """
 
     def __init__(
         self,
         ssh: Pool,
         target: Target,
+        store_id: str,
         *,
         docker_host: str | None = None,
         timeout: float = 60.0,
@@ -213,6 +238,7 @@ class Engine:
     ) -> None:
         self.ssh = ssh
         self.target = target
+        self.store_id = store_id
         self._dial = ["docker", *(["-H", docker_host] if docker_host else []), "system"]
         self._dial.append("dial-stdio")
         self._timeout = timeout
@@ -256,10 +282,14 @@ class Engine:
         """Run one docker-py call; its failures become one-line HostErrors."""
         try:
             return fn()
+        except docker.errors.ImageNotFound as exc:
+            why = f"{what}: {exc.explanation or 'no such image'}"
+            raise HostError(self.node, why, permanent=True) from exc
         except docker.errors.NotFound as exc:
-            raise HostError(self.node, f"{what}: no such container") from exc
+            raise HostError(self.node, f"{what}: {exc.explanation or 'not found'}") from exc
         except docker.errors.APIError as exc:
-            raise HostError(self.node, f"{what}: {exc.explanation or exc}") from exc
+            why = f"{what}: {exc.explanation or exc}"
+            raise HostError(self.node, " ".join(why.split()), permanent=_refused(exc)) from exc
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             # The next call dials afresh: the SSH connection under these channels may be gone.
             self._adapter.renew(_ChannelPool(self, self._timeout, self._max_channels))
@@ -272,10 +302,11 @@ class Engine:
     def start(self, spec: ContainerSpec) -> str:
         """Create and start a job's container; its id. One that cannot start is removed.
 
-        The per-job host directory (emptied first for a ``fresh`` start) is
-        mounted at ``/gctl``. Real GPUs are requested by UUID from the NVIDIA
-        runtime; emulated GPUs get no device, only the same environment and
-        labels. Three round trips: create, prepare the directory, start.
+        The attempt's job directory, which the caller made
+        (:mod:`gctl.hosts.agent`), is mounted at ``/gctl``. Real GPUs are
+        requested by UUID from the NVIDIA runtime; emulated GPUs get no
+        device, only the same environment and labels. Two round trips:
+        create, start.
 
         Idempotent: when this run of the job (same name, same job label)
         already has a container, e.g. started by a daemon that died before
@@ -309,7 +340,6 @@ class Engine:
                 return found.id
             cid = found.id
         try:
-            self.ssh.run_ok(self.target, _prepare_dir(spec), f"preparing {spec.job_dir}")
             self._call(lambda: api.start(cid), f"start {spec.name}")
         except HostError:
             self._call(lambda: api.remove_container(cid, force=True), f"remove {spec.name}")
@@ -317,9 +347,9 @@ class Engine:
         return str(cid)
 
     def _existing(self, spec: ContainerSpec) -> ContainerState:
-        """The container holding ``spec``'s name, which must be the same job's."""
+        """The container holding ``spec``'s name, which must be the same store's and job's."""
         found = self.state(spec.name)
-        if found.job_id != spec.job_id:
+        if found.job_id != spec.job_id or found.labels.get(LABEL_STORE) != self.store_id:
             raise HostError(self.node, f"a container named {spec.name} is not job {spec.job_id}'s")
         return found
 
@@ -372,9 +402,10 @@ class Engine:
             raise HostError(self.node, f"logs: Docker engine not reachable: {exc}") from exc
 
     def owned(self, job_id: int | None = None) -> list[ContainerState]:
-        """Containers gctl started on the host (running or not), or only one job's."""
-        label = LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}"
-        found = self._call(lambda: self.api.containers(all=True, filters={"label": label}), "list")
+        """The store's containers on the host (running or not), or only one job's."""
+        labels = [f"{LABEL_STORE}={self.store_id}"]
+        labels.append(LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}")
+        found = self._call(lambda: self.api.containers(all=True, filters={"label": labels}), "list")
         return [_listed(c) or self.state(str(c["Id"])) for c in found]
 
     def close(self) -> None:
@@ -382,11 +413,14 @@ class Engine:
         self._adapter.close()
 
 
-def _prepare_dir(spec: ContainerSpec) -> list[str]:
-    """The host command that makes the job directory, emptied first for a fresh start."""
-    if not spec.fresh:
-        return ["mkdir", "-p", "--", spec.job_dir]
-    return ["sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "gctl-job-dir", spec.job_dir]
+_NEVER_RUNS = ("executable file not found", "no such file or directory", "permission denied")
+"""What the OCI runtime says when a container's command can never start."""
+
+
+def _refused(exc: docker.errors.APIError) -> bool:
+    """Whether the engine refused for good: a bad spec (400) or a command that cannot run."""
+    text = str(exc.explanation or "").lower()
+    return exc.status_code == 400 or any(t in text for t in _NEVER_RUNS)
 
 
 def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
@@ -456,4 +490,6 @@ def _state(info: Mapping[str, Any]) -> ContainerState:
         oom_killed=bool(st.get("OOMKilled")),
         error=st.get("Error") or None,
         labels=dict(info.get("Config", {}).get("Labels") or {}),
+        started_at=st.get("StartedAt") or None,
+        finished_at=st.get("FinishedAt") if done else None,
     )

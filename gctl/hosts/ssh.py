@@ -36,11 +36,16 @@ KEEPALIVE = 15
 
 
 class HostError(Exception):
-    """A host could not be reached or did not do what was asked; the message is one line."""
+    """A host could not be reached or did not do what was asked; the message is one line.
 
-    def __init__(self, node: str, message: str) -> None:
+    ``permanent``: asking again cannot help (no such image, a spec the
+    engine refuses), unlike a host that did not answer.
+    """
+
+    def __init__(self, node: str, message: str, *, permanent: bool = False) -> None:
         super().__init__(f"{node}: {message}")
         self.node = node
+        self.permanent = permanent
 
 
 class UnknownHostKey(HostError):

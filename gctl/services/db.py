@@ -55,15 +55,21 @@ def open_store(db: str | None = None) -> Store:
     return store
 
 
-def revision(store: Store) -> str | None:
-    """The schema revision of the store (None when empty).
-
-    A SQLite file that does not exist is reported, not created: reading
-    never leaves a database behind.
-    """
+def require_file(store: Store) -> None:
+    """Raise StoreError when the store is a SQLite file that does not exist."""
     path = sqlite_path(store.engine.url)
     if path is not None and not path.exists():
         raise StoreError(f"no gctl database at {store.url}; run 'gctl init' first")
+
+
+def revision(store: Store) -> str | None:
+    """The schema revision of the store (None when empty, or a SQLite file that does not exist).
+
+    A missing SQLite file is not created: reading never leaves a database behind.
+    """
+    path = sqlite_path(store.engine.url)
+    if path is not None and not path.exists():
+        return None
     try:
         return schema.current(store.engine)
     except OperationalError as exc:
@@ -130,11 +136,9 @@ def starter_config(store: Store, want: bool | None) -> ConfigOutcome:
 def upgrade(store: Store) -> tuple[str | None, str]:
     """Bring the store to the newest schema; returns (before, after)."""
     path = sqlite_path(store.engine.url)
-    if path is not None and not path.exists():
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        before = None
-    else:
-        before = revision(store)
+    before = revision(store)
     try:
         schema.upgrade(store.engine)
     except OperationalError as exc:

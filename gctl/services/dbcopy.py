@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Table, func, insert, select, text
+from sqlalchemy import Connection, Table, delete, func, insert, select, text
 
 from gctl.services import db
 from gctl.services.db import Store
 from gctl.services.errors import ServiceError
 from gctl.store.engine import transaction
-from gctl.store.models import Base, DaemonLeaseRow
+from gctl.store.models import Base, DaemonLeaseRow, StoreInfoRow
 
 CHUNK = 5_000
 """Rows read and inserted at a time."""
@@ -45,25 +45,35 @@ def copy(source: Store, target_url: str) -> Copied:
         raise ServiceError(f"the target {target.url} is the source itself")
     db.upgrade(target)
     tables = [t for t in Base.metadata.sorted_tables if t.name != DaemonLeaseRow.__tablename__]
+    own = StoreInfoRow.__tablename__  # the new database's own id, replaced by the source's
     with transaction(target.engine, write=False) as s:
-        used = [t.name for t in tables if s.scalar(select(func.count()).select_from(t))]
+        used = [
+            t.name
+            for t in tables
+            if t.name != own and s.scalar(select(func.count()).select_from(t))
+        ]
     if used:
         raise ServiceError(
             f"the target {target.url} is not empty ({', '.join(used)}); nothing copied"
         )
-    lease.acquire(source)
+    epoch = lease.acquire(source)
     try:
         rows = _copy_rows(source, target, tables)
     finally:
-        lease.release(source)
+        lease.release(source, epoch)
     return Copied(target.url, rows)
 
 
 def _copy_rows(source: Store, target: Store, tables: list[Table]) -> dict[str, int]:
-    """All rows, parents before children, in one target transaction."""
+    """All rows, parents before children, in one target transaction.
+
+    The copy keeps the source's store id, so the containers and job
+    directories on the hosts stay the copy's own.
+    """
     counts: dict[str, int] = {}
     with source.engine.connect() as src, transaction(target.engine, write=True) as s:
         dst = s.connection()
+        dst.execute(delete(StoreInfoRow))
         for table in tables:
             counts[str(table.name)] = 0
             result = src.execute(select(table).order_by(*table.primary_key.columns))

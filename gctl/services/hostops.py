@@ -14,6 +14,7 @@ from gctl.hosts.ssh import HostError, Pool, Target, fan_out
 from gctl.services.db import Store
 from gctl.services.nodes import DEFAULT_SSH_PORT, named_rows
 from gctl.store.engine import transaction
+from gctl.store.identity import store_id
 from gctl.store.models import GpuRow, NodeRow
 
 T = TypeVar("T")
@@ -54,6 +55,7 @@ class Host:
     docker_host: str | None
     emulated: bool
     gpus: tuple[HostGpu, ...]
+    store_id: str
 
     @property
     def name(self) -> str:
@@ -61,8 +63,8 @@ class Host:
         return self.target.node
 
     def engine(self, pool: Pool) -> Engine:
-        """The host's Docker engine over the pool's connection."""
-        return Engine(pool, self.target, docker_host=self.docker_host)
+        """The host's Docker engine over the pool's connection (this store's containers)."""
+        return Engine(pool, self.target, self.store_id, docker_host=self.docker_host)
 
 
 def each_host(
@@ -78,15 +80,8 @@ def each_host(
     pool of one's own is made (and closed) when none is given.
     """
     with transaction(store.engine, write=False) as s:
-        hosts = {
-            r.name: Host(
-                target(r),
-                r.docker_host,
-                r.emulated,
-                tuple(HostGpu(g.index, g.model, g.memory_mb) for g in r.gpus),
-            )
-            for r in named_rows(s, names)
-        }
+        sid = store_id(s.connection())
+        hosts = {r.name: host(r, sid) for r in named_rows(s, names)}
     ssh = pool or Pool()
     try:
         got = fan_out([h.target for h in hosts.values()], lambda t: call(ssh, hosts[t.node]))
@@ -96,18 +91,44 @@ def each_host(
     return [(h, got[name]) for name, h in hosts.items()]
 
 
-def engine(pool: Pool, row: NodeRow) -> Engine:
-    """A stored node's Docker engine, over the pool's connection to it."""
-    return Engine(pool, target(row), docker_host=row.docker_host)
+def host(row: NodeRow, sid: str) -> Host:
+    """What work on ``row``'s host needs, for the store of id ``sid`` (its GPUs loaded)."""
+    gpus = tuple(HostGpu(g.index, g.model, g.memory_mb) for g in row.gpus)
+    return Host(target(row), row.docker_host, row.emulated, gpus, sid)
+
+
+def engine(pool: Pool, row: NodeRow, sid: str) -> Engine:
+    """A stored node's Docker engine, over the pool's connection to it (store ``sid``'s view)."""
+    return Engine(pool, target(row), sid, docker_host=row.docker_host)
 
 
 def _work_dir(row: NodeRow) -> str:
     return row.work_dir or DEFAULT_WORK_DIR
 
 
-def job_dir(row: NodeRow, job_id: int) -> str:
-    """A job's directory on a node's host (progress and checkpoints, kept across restarts)."""
-    return f"{_work_dir(row)}/jobs/{job_id}"
+def store_dir(row: NodeRow, sid: str) -> str:
+    """The store's tree on a node's host (see :mod:`gctl.hosts.agent`)."""
+    return f"{_work_dir(row)}/stores/{sid}"
+
+
+def agent_dir(row: NodeRow, sid: str) -> str:
+    """Where the store's watchdog keeps its lease, lock and log on the host."""
+    return f"{store_dir(row, sid)}/agent"
+
+
+def job_base(row: NodeRow, sid: str, job_id: int) -> str:
+    """The directory holding a job's attempt directories on a node's host."""
+    return f"{store_dir(row, sid)}/jobs/{job_id}"
+
+
+def job_dir(row: NodeRow, sid: str, job_id: int, attempt: int) -> str:
+    """One attempt's job directory on a node's host (progress and checkpoints, at ``/gctl``)."""
+    return f"{job_base(row, sid, job_id)}/a{attempt}"
+
+
+def docker_argv(row: NodeRow) -> list[str]:
+    """The ``docker`` command line that reaches the node's engine on its host."""
+    return ["docker", *(["-H", row.docker_host] if row.docker_host else [])]
 
 
 def emulated_gpu_dir(row: NodeRow) -> str | None:

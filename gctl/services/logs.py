@@ -24,13 +24,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gctl.hosts.engine import Engine
+from gctl.hosts.engine import Engine, container_name
 from gctl.hosts.ssh import HostError, Pool, Target
 from gctl.services import hostops
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.services.queue import FINISHED
 from gctl.store.engine import transaction
+from gctl.store.identity import store_id
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow
 
 TAIL = 50
@@ -95,6 +96,7 @@ class _Place:
     attempt: int
     target: Target
     docker_host: str | None
+    store_id: str
 
 
 @contextmanager
@@ -114,7 +116,7 @@ def stream(
     """
     place = _locate(store, job_id, node)
     with Pool() as ssh:
-        engine = Engine(ssh, place.target, docker_host=place.docker_host)
+        engine = Engine(ssh, place.target, place.store_id, docker_host=place.docker_host)
         try:
             cid = _container(engine, place)
             yield LogStream(place.source, engine.logs(cid, follow=follow, tail=tail))
@@ -154,11 +156,13 @@ def _locate(store: Store, job_id: int, node: str | None) -> _Place:
         chosen = hosts[0] if node is None else next((h for h in hosts if h.name == node), None)
         if chosen is None:
             raise LogUnavailable(f"job {job_id} runs on {', '.join(names)}, not on {node}")
+        sid = store_id(s.connection())
         return _Place(
-            LogSource(job_id, chosen.name, f"gctl-{job_id}-{row.attempt}", names),
+            LogSource(job_id, chosen.name, container_name(sid, job_id, row.attempt), names),
             row.attempt,
             hostops.target(chosen),
             chosen.docker_host,
+            sid,
         )
 
 

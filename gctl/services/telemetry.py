@@ -97,12 +97,18 @@ def sample(
 def _one(pool: Pool, host: Host) -> NodeSample:
     engine = host.engine(pool)
     try:
-        containers = [c for c in engine.owned() if c.running and c.job_id is not None]
+        containers = engine.owned()
     finally:
         engine.close()
+    return sample_of(pool, host, containers)
+
+
+def sample_of(pool: Pool, host: Host, containers: list[ContainerState]) -> NodeSample:
+    """The node's GPU use, tied to the store's job ``containers`` on it (ended ones skipped)."""
+    running = [c for c in containers if c.running and c.job_id is not None]
     if host.emulated:
-        return attribute_emulated(host, containers)
-    return attribute_measured(host, containers, hostops.gpu_script(pool, host.target, "telemetry"))
+        return attribute_emulated(host, running)
+    return attribute_measured(host, running, hostops.gpu_script(pool, host.target, "telemetry"))
 
 
 def _on_gpu(containers: list[ContainerState]) -> dict[int, list[ContainerState]]:

@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 _WRITE = "gctl_write"
+FENCE = "gctl_fence"
+"""Execution option: a callable run on the connection at the start of every write transaction.
+
+The daemon's lease check (:func:`gctl.daemon.lease.fenced`) raises there
+when the daemon no longer holds the store, so nothing of the transaction is
+written.
+"""
 
 
 class StoreError(Exception):
@@ -57,7 +64,9 @@ def make_engine(url: URL) -> Engine:
     which only :func:`gctl.services.db.upgrade` makes to a missing file.
     """
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, pool_pre_ping=True)
+        _fence_on_begin(engine)
+        return engine
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
@@ -76,7 +85,19 @@ def make_engine(url: URL) -> Engine:
         write = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
+    _fence_on_begin(engine)  # after BEGIN IMMEDIATE: the check holds the write lock
     return engine
+
+
+def _fence_on_begin(engine: Engine) -> None:
+    """Run the :data:`FENCE` check of a write transaction as its first statement."""
+
+    @event.listens_for(engine, "begin")
+    def _fence(conn: Any) -> None:
+        options = conn.get_execution_options()
+        check = options.get(FENCE)
+        if check is not None and options.get(_WRITE, False):
+            check(conn)
 
 
 @contextmanager

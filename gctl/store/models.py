@@ -131,6 +131,13 @@ class JobRow(Base):
     # The daemon's unfinished multi-step operation on the job (a checkpoint
     # move), written before its first host action so a restart can finish it.
     op: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    # A start that failed for a passing cause is retried from this time on (back-off).
+    retry_at: Mapped[float | None]
+    start_failures: Mapped[int] = mapped_column(default=0)
+    # The step of the newest checkpoint the daemon saw, and how many times in a row the
+    # job stopped unfinished without a checkpoint past it (see gctl.daemon.ends).
+    checkpoint_step: Mapped[int | None]
+    stalls: Mapped[int] = mapped_column(default=0)
 
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", cascade="all, delete-orphan"
@@ -157,7 +164,10 @@ class DaemonLeaseRow(Base):
     """The one daemon allowed to act on this store, and when it last said it is alive.
 
     A single row (id 1). A daemon takes it when it is free or its holder's
-    heartbeat is older than the lease time, and renews it every pass.
+    heartbeat is older than the lease time, and renews it every pass. The
+    epoch counts takeovers: every daemon write checks it, so a daemon that
+    lost the lease (paused past it, say) can write nothing more. A free lease
+    has an empty holder and keeps its epoch.
     """
 
     __tablename__ = "daemon_lease"
@@ -167,6 +177,21 @@ class DaemonLeaseRow(Base):
     pid: Mapped[int]
     started_at: Mapped[float]
     heartbeat_at: Mapped[float]
+    epoch: Mapped[int] = mapped_column(default=0)
+
+
+class StoreInfoRow(Base):
+    """Facts about the store itself, by key; ``store_id`` names it on the hosts.
+
+    Every container gctl starts carries its store's id, and job directories
+    and checkpoint copies live under it, so two stores reaching the same
+    host never touch each other's jobs.
+    """
+
+    __tablename__ = "store_info"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class JobStateRow(Base):

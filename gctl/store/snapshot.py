@@ -25,8 +25,9 @@ Jobs
     ids are ``str``. Finished jobs (``COMPLETED``, ``FAILED``, ``CANCELLED``,
     ``TIMEOUT``) are absent. ``PENDING``, ``REQUEUED`` and ``PREEMPTED``
     jobs wait in the queue unless held (held ones, ``REQUEUE_HOLD`` among
-    them, are absent); their waiting time counts from when they last entered
-    that state. ``RUNNING`` and ``COMPLETING`` jobs run, ``SUSPENDED`` and
+    them, are absent, and so are jobs whose failed start is backed off until
+    their ``retry_at``); their waiting time counts from when they last
+    entered that state. ``RUNNING`` and ``COMPLETING`` jobs run, ``SUSPENDED`` and
     ``STOPPED`` ones are suspended, on exactly the GPUs their allocation rows
     name. Jobs enter the core in arrival order (submit time, then id), which
     orders the queue as the simulator does (priority first, then arrival).
@@ -57,7 +58,7 @@ two different sets, an unknown priority...) are left out and described in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, func, select
@@ -129,6 +130,8 @@ class Snapshot:
     job_ids: Mapping[str, int]
     requeued: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    held: Mapping[str, tuple[GpuRef, ...]] = field(default_factory=dict)
+    """The GPUs each job held as read, before any decision on it."""
 
 
 def core_job_id(row_id: int) -> str:
@@ -219,6 +222,7 @@ class _Loader:
                     f"node {name}: unknown admin state {admin_state!r}; taken as up"
                 )
         self._observe(state)
+        held = {j: js.gpus for j, js in state.jobs.items() if js.gpus}
         return Snapshot(
             state=state,
             at=self.now,
@@ -229,6 +233,7 @@ class _Loader:
             },
             requeued=tuple(requeued),
             problems=tuple(self.problems),
+            held=held,
         )
 
     # ---- reading -------------------------------------------------------
@@ -299,6 +304,7 @@ class _Loader:
                 JobRow.start_time,
                 JobRow.reason,
                 JobRow.mechanism,
+                JobRow.retry_at,
             )
             .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
             .order_by(JobRow.submit_time, JobRow.id)
@@ -326,10 +332,11 @@ class _Loader:
     ) -> _Job | None:
         """One job row as a :class:`_Job`, or None (with a problem unless simply held)."""
         (row_id, st, held, gpus, prio, cls, lo, hi, mem, datasets, profile, name, user) = row[:13]
-        submit_time, start_time, reason, mechanism = row[13:]
+        submit_time, start_time, reason, mechanism, retry_at = row[13:]
         on_gpus = st in RUNNING_STATES or st in SUSPENDED_STATES
         if not on_gpus:
-            if st in HELD_STATES or (st in QUEUED_STATES and held):
+            waits = held or (retry_at is not None and retry_at > self.now)  # a start backed off
+            if st in HELD_STATES or (st in QUEUED_STATES and waits):
                 if allocs:
                     self.problems.append(f"job {row_id}: {st} (held) but holds GPUs; left out")
                 return None

@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         if args.checkpoint_every > 0 and step % args.checkpoint_every == 0:
             checkpoint("periodic")
+    run.finish(step)
     print("done", flush=True)
     return 0
 

@@ -58,6 +58,11 @@ def _store(hosts: dict[str, Any], tmp_path: Path, mp: pytest.MonkeyPatch, gpus: 
     url = str(tmp_path / "gctl.db")
     mp.setenv("GCTL_DB", url)
     mp.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
+    return store_of_hosts(hosts, url, gpus)
+
+
+def store_of_hosts(hosts: dict[str, Any], url: str, gpus: str = "2xV100-16GB") -> db.Store:
+    """A new store at ``url`` with every test host as a node with emulated GPUs ``gpus``."""
     store = db.connect(url)
     db.upgrade(store)
     for h in testhosts.env()["hosts"]:  # fresh: a test may have rekeyed a host

@@ -9,16 +9,23 @@ the store has no more, a running job whose container vanished), then runs
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import testhosts
+from conftest import store_of_hosts
 from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
-from gctl.daemon.jobfiles import Mirror
-from gctl.daemon.reconcile import reconcile
+from gctl.daemon.inflight import Inflight
+from gctl.daemon.reconcile import Report
+from gctl.daemon.reconcile import reconcile as reconcile_step
 from gctl.daemon.site import Launch, Site
+from gctl.daemon.watch import Observation, Watch
+from gctl.hosts.engine import container_name
 from gctl.hosts.ssh import Pool
 from gctl.services import db, jobs, specs
 from gctl.store.engine import transaction
@@ -32,9 +39,37 @@ LONG = ["python3", "/opt/gctl/train.py", "--steps", "100000", "--step-time", "0.
 @pytest.fixture
 def site(host_store: db.Store, tmp_path: Path) -> Iterator[Site]:
     with Pool() as pool:
-        site = Site(host_store, pool, Mirror(tmp_path / "mirror"))
+        site = Site(host_store, pool, tmp_path / "mirror")
         yield site
         site.close()
+
+
+def reconcile(site: Site) -> Report:
+    """One reconcile as the daemon's tick runs it: observe every node, compare, act, wait."""
+    inflight = Inflight()
+    watch = Watch(site, inflight, heartbeat_every=60.0, answer_within=30.0, lease_timeout=60.0)
+    try:
+        with transaction(site.store.engine, write=False) as s:
+            query = select(NodeRow).options(selectinload(NodeRow.gpus))
+            nodes = {r.name: r for r in s.scalars(query)}
+        watch.look(nodes, {})
+        seen: list[Observation] = []
+        while len(seen) < len(nodes):
+            seen += watch.collect()
+            time.sleep(0.05)
+        assert all(o.error is None for o in seen), seen
+        report = reconcile_step(site, watch, inflight)
+        assert not watch.unreconciled
+        inflight.wait(60)
+        assert all(w.future.exception() is None for w in inflight.collect())
+        return report
+    finally:
+        watch.close()
+        inflight.close()
+
+
+def _name(site: Site, job: int, attempt: int) -> str:
+    return container_name(site.store_id, job, attempt)
 
 
 def _submit(store: db.Store) -> int:
@@ -86,7 +121,7 @@ def test_a_running_container_the_store_lost_is_adopted(host_store: db.Store, sit
         kinds = list(s.scalars(select(EventRow.kind).where(EventRow.job_id == job)))
     assert _held(host_store, job) == [("h2", 1, "exclusive")]
     assert kinds[-1] == "job.adopt"
-    assert _containers("h2") == [f"gctl-{job}-0 running"]
+    assert _containers("h2") == [f"{_name(site, job, 0)} running"]
     assert reconcile(site).adopted == []  # level-triggered: nothing left to do
 
 
@@ -107,10 +142,37 @@ def test_a_container_of_no_stored_job_is_removed_and_a_vanished_one_restarted(
 
     report = reconcile(site)
 
-    assert report.removed == [f"gctl-{orphan}-0"] and report.restarted == [kept]
+    assert report.removed == [_name(site, orphan, 0)] and report.restarted == [kept]
     assert _containers("h1") == []
-    assert _containers("h2") == [f"gctl-{kept}-1 running"]
+    assert _containers("h2") == [f"{_name(site, kept, 1)} running"]
     with transaction(host_store.engine, write=False) as s:
         row = s.get(JobRow, kept)
         assert row is not None and row.state == "RUNNING" and row.attempt == 1
     assert _held(host_store, kept) == [("h2", 0, "exclusive")]
+
+
+def test_another_stores_containers_on_the_same_hosts_are_never_touched(
+    hosts: dict[str, Any], host_store: db.Store, site: Site, tmp_path: Path
+) -> None:
+    """Two stores reaching one host: each reconciles only its own containers."""
+    other = store_of_hosts(hosts, str(tmp_path / "other.db"))
+    with Pool() as pool:
+        theirs = Site(other, pool, tmp_path / "other-mirror")
+        assert theirs.store_id != site.store_id
+        their_job = _submit(other)  # the same job id as ours: ids are per store
+        our_job = _submit(host_store)
+        assert their_job == our_job
+        _start_unrecorded(theirs, their_job, "h1", 0)
+        _start_unrecorded(site, our_job, "h1", 1)
+        report = reconcile(site)  # ours is adopted, theirs is none of our business
+        assert report.adopted == [our_job] and report.removed == []
+        assert reconcile(site).removed == []  # level-triggered
+        report = reconcile(theirs)
+        assert report.adopted == [their_job] and report.removed == []
+        theirs.close()
+    assert _containers("h1") == sorted(
+        [
+            f"{_name(site, our_job, 0)} running",
+            f"{container_name(theirs.store_id, their_job, 0)} running",
+        ]
+    )

@@ -30,18 +30,28 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pgserver.stop(where)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of an empty database of each kind."""
-    if request.param == "sqlite":
-        return str(tmp_path / "gctl.db")
-    server = request.getfixturevalue("pg_server")
+def _new_database(server: str) -> str:
+    """The URL of a new, empty database on the PostgreSQL server."""
     name = f"t{next(_counter)}"
     admin = create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty database of each kind."""
+    if request.param == "sqlite":
+        return str(tmp_path / "gctl.db")
+    return _new_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> str:
+    """A URL of an empty PostgreSQL database (for what only PostgreSQL offers)."""
+    return _new_database(pg_server)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from gctl.core.model import GpuRef, ShareMode
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.daemon import apply
 from gctl.daemon.apply import Applied, Applier
-from gctl.daemon.jobfiles import Mirror
+from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Launch
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import db, events, jobs, why
@@ -35,7 +35,7 @@ from gctl.store.snapshot import read
 class QuietSite(NoContainerSite):
     """A site whose hosts start nothing and hold no containers; ``refuse`` jobs fail to start."""
 
-    def __init__(self, store: db.Store, pool: Pool, mirror: Mirror, refuse: Iterable[int] = ()):
+    def __init__(self, store: db.Store, pool: Pool, mirror: Path, refuse: Iterable[int] = ()):
         super().__init__(store, pool, mirror)
         self.refuse = set(refuse)
         self.started: list[int] = []
@@ -52,11 +52,15 @@ def _apply(
 ) -> Applied:
     """Apply ``decide`` on a fresh snapshot, then record the sharing modes."""
     snap = read(store.engine, now=time.time())
+    inflight = Inflight()
     with Pool() as pool:
-        site = QuietSite(store, pool, Mirror(tmp_path / "mirror"), refuse)
-        applier = Applier(site, snap, lambda kind, seconds: None)
+        site = QuietSite(store, pool, tmp_path / "mirror", refuse)
+        applier = Applier(site, snap, lambda kind, seconds: None, inflight)
         applied = applier.apply(decide)
         applier.sync_modes()
+        inflight.wait(30)  # moves and thaws run in the background
+        inflight.collect()
+    inflight.close()
     return applied
 
 
@@ -112,7 +116,11 @@ def test_batched_decisions_write_state_history_allocations_and_events(
         assert {j: (rows[j].state, rows[j].reason, rows[j].mechanism) for j in ids} == {
             a: ("RUNNING", "free GPUs", "freeze"),
             b: ("SUSPENDED", "time slice over", "freeze"),
-            c: ("PENDING", f"start failed: a2: no room for job {c}", None),
+            c: (
+                "PENDING",
+                f"start failed (1 in a row): a2: no room for job {c}; tried again in 5s",
+                None,
+            ),
             d: ("PENDING", "waiting for 1 GPU", None),
             e: ("PENDING", "waiting for 1 GPU", None),
             f: ("PENDING", None, None),
@@ -126,6 +134,8 @@ def test_batched_decisions_write_state_history_allocations_and_events(
         assert placed_at is not None and placed_at > 1e9
         assert rows[b].start_time == placed_at and rows[two].start_time == placed_at
         assert rows[c].start_time is None and rows[d].start_time is None
+        assert rows[c].start_failures == 1 and rows[c].retry_at is not None
+        assert rows[c].retry_at - time.time() > 3  # backed off: not placed on the next pass
         assert _history(s, a) == [("PENDING", "submitted"), ("RUNNING", "free GPUs")]
         assert _history(s, b) == [
             ("PENDING", "submitted"),
@@ -172,7 +182,7 @@ def test_a_policy_pass_over_many_batches_records_every_decision(
     snap = read(store.engine, now=time.time())
     decide = GandivaPolicy().schedule(snap.state, time.time())
     with Pool() as pool:
-        applier = Applier(QuietSite(store, pool, Mirror(tmp_path)), snap, lambda k, s: None)
+        applier = Applier(QuietSite(store, pool, tmp_path), snap, lambda k, s: None, Inflight())
         applied = applier.apply(decide)
         applier.sync_modes()
     assert applied.failed == [] and applied.done == decide
@@ -213,8 +223,8 @@ def test_decisions_on_jobs_removed_since_the_snapshot_are_refused(
         Suspend(str(d), "time slice over"),
     ]
     with Pool() as pool:
-        site = QuietSite(store, pool, Mirror(tmp_path / "mirror"))
-        applied = Applier(site, snap, lambda kind, seconds: None).apply(decide)
+        site = QuietSite(store, pool, tmp_path / "mirror")
+        applied = Applier(site, snap, lambda kind, seconds: None, Inflight()).apply(decide)
     assert applied.done == decide[:1] and site.started == [a]
     gone = [(x.job_id, why) for x, why in applied.failed]
     assert gone == [(str(j), f"-: job {j} removed from the store") for j in (b, c, d)]
@@ -238,7 +248,9 @@ def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
         Resume(str(b), "round-robin turn on a1"),
     ]
     applied = _apply(store, tmp_path, decide)
-    assert applied.done == decide and applied.failed == []
+    # b's turn waits until a has checkpointed and left the GPU's memory: the next pass
+    assert applied.done == decide[:1] and applied.deferred == decide[1:]
+    assert applied.failed == []
     with transaction(store.engine, write=False) as s:
         row = s.get(JobRow, a)
         assert row is not None
@@ -247,6 +259,9 @@ def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
         kind, message, data = _events(s, a)[-1]
         assert kind == "job.suspend" and data["mechanism"] == "checkpoint"
         assert message == f"job {a} suspended (checkpoint): {turn_over}"
+    applied = _apply(store, tmp_path, decide[1:])
+    assert applied.done == decide[1:]
+    with transaction(store.engine, write=False) as s:
         other = s.get(JobRow, b)
         assert other is not None and other.state == "RUNNING"
     assert why.explain(store, a).suspended_by == "checkpoint"
@@ -265,7 +280,7 @@ def test_a_placement_onto_a_shared_set_marks_the_set_shared_in_the_same_write(
         Place(str(b), (("a1", 0),), ShareMode.TIMESLICED, "time-slicing with 1 job(s) on a1"),
     ]
     with Pool() as pool:
-        site = QuietSite(store, pool, Mirror(tmp_path / "mirror"))
-        Applier(site, snap, lambda kind, seconds: None).apply(decide)  # no sync_modes
+        site = QuietSite(store, pool, tmp_path / "mirror")
+        Applier(site, snap, lambda kind, seconds: None, Inflight()).apply(decide)  # no sync_modes
     with transaction(store.engine, write=False) as s:
         assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)

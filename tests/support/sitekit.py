@@ -55,9 +55,9 @@ class NoContainerSite(Site):
         """Nothing to kill."""
         return []
 
-    def restore(self, node: NodeRow, job_id: int) -> None:
-        """No job directory to restore."""
+    def prepare(self, node: NodeRow, job_id: int, attempt: int) -> None:
+        """No job directory to make."""
 
-    def save(self, node: NodeRow, job_id: int) -> tuple[bytes, Report]:
+    def save(self, node: NodeRow, job_id: int, attempt: int) -> tuple[bytes, Report]:
         """No job directory to save: an empty copy that reports nothing."""
         return b"", Report(None, None, None)

@@ -1,0 +1,275 @@
+"""Watching the nodes off the daemon's tick: observations, deadlines, and who is not answering.
+
+An *observation* of a node lists the store's containers on it (every tick
+for a node with jobs, so an exit is seen within about a second) and, every
+heartbeat, also samples its GPUs, renews its watchdog's lease and reads the
+progress reports of the jobs whose directory it holds
+(:mod:`gctl.hosts.agent`); a job that ended gets its report read, and its
+directory copied into the daemon's mirror when it stopped before its end,
+at once. Observations run on threads of their own, at most one per node at
+a time; the tick only collects those that ended. An observation that has not
+answered within its deadline marks the node *not responding* right away,
+whatever the SSH timeouts, and the node stays so until an observation
+answers again.
+
+A node that was not responding, or that the daemon has just started
+watching, is *unreconciled*: no decision may act on it until reconcile has
+compared it with the store on a trustworthy observation (one taken while no
+action of the daemon's ran there), so a host that comes back gets its stale
+containers stopped before it gets any new work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gctl.daemon import jobfiles
+from gctl.daemon.inflight import Inflight
+from gctl.daemon.site import Site
+from gctl.hosts.engine import ContainerState
+from gctl.hosts.ssh import HostError
+from gctl.services import hostops, telemetry
+from gctl.services.telemetry import NodeSample
+from gctl.store.models import NodeRow, now
+
+OBSERVERS = 32
+"""Threads observing nodes at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobHere:
+    """A job holding GPUs of a node, as an observation of that node needs it."""
+
+    job_id: int
+    attempt: int
+    home: bool
+    """Whether this node holds the job directory that counts (the job's first node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one look at a node found, or why it could not look.
+
+    ``began`` is the store time it began, ``seq`` the node's action count
+    then (:meth:`gctl.daemon.inflight.Inflight.seq`). ``reports`` are the
+    job reports read (by job id, of the attempt asked for); ``boot_time`` and
+    ``engine_start`` are when the host booted and its Docker engine started
+    (when known).
+    """
+
+    node: str
+    began: float
+    seq: int
+    full: bool
+    error: str | None = None
+    containers: tuple[ContainerState, ...] = ()
+    sample: NodeSample | None = None
+    reports: Mapping[int, jobfiles.Report] = field(default_factory=dict)
+    boot_time: float | None = None
+    engine_start: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    future: Future[Observation]
+    began: float
+    """Monotonic time it began."""
+
+
+def observe(
+    site: Site,
+    row: NodeRow,
+    jobs: list[JobHere],
+    *,
+    full: bool,
+    lease_timeout: float,
+    began: float,
+    seq: int,
+) -> Observation:
+    """Look at one node (module docstring); a failure is the observation's ``error``."""
+    try:
+        return _look(site, row, jobs, full, lease_timeout, began, seq)
+    except HostError as exc:
+        return Observation(
+            row.name, began, seq, full, error=str(exc).partition(": ")[2] or str(exc)
+        )
+
+
+def _look(
+    site: Site,
+    row: NodeRow,
+    jobs: list[JobHere],
+    full: bool,
+    lease_timeout: float,
+    began: float,
+    seq: int,
+) -> Observation:
+    containers = site.engine(row).owned()
+    current = {j.job_id: j for j in jobs}
+    ended = {
+        c.job_id
+        for c in containers
+        if c.job_id in current
+        and c.exit_code is not None
+        and c.attempt == current[c.job_id].attempt
+        and current[c.job_id].home
+    }
+    asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
+    dirs = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in asked}
+    reports: dict[int, jobfiles.Report] = {}
+    boot = engine = None
+    if full or dirs:
+        request: dict[str, Any] = {"dirs": list(dirs.values()), "docker": hostops.docker_argv(row)}
+        if full:
+            request["lease"] = {
+                "dir": hostops.agent_dir(row, site.store_id),
+                "store": site.store_id,
+                "timeout": lease_timeout,
+                "docker": hostops.docker_argv(row),
+            }
+        got = jobfiles.run_agent(site.pool, hostops.target(row), "observe", request)
+        summaries = got.get("reports") or {}
+        reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
+        boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
+    for job in asked:
+        report = reports.get(job.job_id)
+        if report is not None and _worth_saving(site, job, report, job.job_id in ended):
+            site.save(row, job.job_id, job.attempt)
+    sample = None
+    if full:
+        host = hostops.host(row, site.store_id)
+        sample = telemetry.sample_of(site.pool, host, list(containers))
+    return Observation(
+        row.name, began, seq, full, None, tuple(containers), sample, reports, boot, engine
+    )
+
+
+def _worth_saving(site: Site, job: JobHere, report: jobfiles.Report, ended: bool) -> bool:
+    """Whether the mirror should get the job directory now: a newer checkpoint, or an early end."""
+    if ended and not report.finished:
+        return True  # interrupted: it restarts from here, perhaps on another node
+    kept = site.mirror.checkpoint_time(job.job_id)
+    return report.checkpoint_time is not None and (kept is None or kept < report.checkpoint_time)
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+class Watch:
+    """Observations of every node, scheduled and collected without ever blocking the tick.
+
+    ``heartbeat_every`` is how often a node gets a full observation,
+    ``answer_within`` the deadline of any observation, ``lease_timeout`` the
+    watchdogs' (the daemon's node timeout).
+    """
+
+    def __init__(
+        self,
+        site: Site,
+        inflight: Inflight,
+        *,
+        heartbeat_every: float,
+        answer_within: float,
+        lease_timeout: float,
+    ) -> None:
+        self.site = site
+        self.inflight = inflight
+        self.heartbeat_every = heartbeat_every
+        self.answer_within = answer_within
+        self.lease_timeout = lease_timeout
+        self.latest: dict[str, Observation] = {}
+        self.not_responding: set[str] = set()
+        self.unreconciled: set[str] = set()
+        self._known: set[str] = set()
+        self._running: dict[str, _Running] = {}
+        self._next_full: dict[str, float] = {}
+        self._pool = ThreadPoolExecutor(max_workers=OBSERVERS, thread_name_prefix="gctl-watch")
+
+    @property
+    def blocked(self) -> set[str]:
+        """Nodes no decision may act on now: not answering, or not reconciled yet."""
+        return self.not_responding | self.unreconciled
+
+    def look(self, nodes: Mapping[str, NodeRow], jobs: Mapping[str, list[JobHere]]) -> None:
+        """Start an observation of every node that is due one and has none running."""
+        mono = time.monotonic()
+        for name in nodes.keys() - self._known:
+            self.unreconciled.add(name)  # first seen: reconciled before any work
+        self._known = set(nodes)
+        for name in list(self.latest):
+            if name not in nodes:  # removed from the store
+                self.latest.pop(name)
+                self.not_responding.discard(name)
+                self.unreconciled.discard(name)
+        for name, row in nodes.items():
+            if name in self._running:
+                continue
+            full = mono >= self._next_full.get(name, 0.0)
+            here = jobs.get(name, [])
+            if not full and not here:
+                continue
+            if full:
+                self._next_full[name] = mono + self.heartbeat_every
+            future = self._pool.submit(
+                observe,
+                self.site,
+                row,
+                here,
+                full=full,
+                lease_timeout=self.lease_timeout,
+                began=now(),
+                seq=self.inflight.seq(name),
+            )
+            self._running[name] = _Running(future, mono)
+
+    def collect(self) -> list[Observation]:
+        """The observations that ended since the last call (the node's latest is kept)."""
+        out: list[Observation] = []
+        for name, running in list(self._running.items()):
+            if not running.future.done():
+                continue
+            del self._running[name]
+            got = running.future.result()
+            out.append(got)
+            if got.error is None:
+                if name in self.not_responding:
+                    self.not_responding.discard(name)
+                    self.unreconciled.add(name)  # back: reconciled before new work
+                self.latest[name] = got
+            else:
+                self.not_responding.add(name)
+        return out
+
+    def overdue(self) -> dict[str, float]:
+        """Nodes whose running observation is past its deadline, with how long it has run."""
+        mono = time.monotonic()
+        late = {
+            name: mono - r.began
+            for name, r in self._running.items()
+            if mono - r.began > self.answer_within
+        }
+        self.not_responding.update(late)
+        return late
+
+    def trusted(self, name: str) -> Observation | None:
+        """The node's latest observation, when reconcile may act on it.
+
+        It must have answered, be the node's newest (none running), and have
+        begun after the daemon's last action on the node, none of which may
+        still run.
+        """
+        got = self.latest.get(name)
+        if got is None or name in self._running or name in self.not_responding:
+            return None
+        if self.inflight.seq(name) != got.seq or name in self.inflight.busy_nodes:
+            return None
+        return got
+
+    def close(self) -> None:
+        """Stop observing; looks still running end on their own (their SSH timeouts)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

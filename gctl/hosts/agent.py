@@ -1,0 +1,298 @@
+"""gctl's code that runs on a host: observations, job directories and the partition watchdog.
+
+Sent over SSH to the host's ``python3`` (standard library only, Python 3.8
+or newer, like the job SDK), never installed. Each store keeps its own tree
+on a host, ``WORKDIR/stores/<store id>/``: ``jobs/<job>/a<attempt>/`` is
+one attempt's job directory (mounted at ``/gctl``) and ``agent/`` holds the
+watchdog's lease, lock, script and log. Modes, with a JSON request on stdin
+and a JSON answer on stdout:
+
+``observe``
+    Renews the watchdog's lease (and starts the watchdog if none runs),
+    reads the progress and checkpoint summaries of the job directories
+    asked for, and tells when the host booted and when its Docker engine
+    started: a container that ended before either was stopped by a reboot
+    or an engine restart, not by its own hand.
+``prepare``
+    Makes an attempt's job directory unless it exists: seeded with a copy of
+    the newest earlier attempt's directory on this host, else empty. Each
+    attempt writes only its own directory, so a stale run (a host cut off
+    and back) can never overwrite the current attempt's checkpoint.
+``standdown``
+    Tells the watchdog that the daemon stopped on purpose: jobs keep running.
+``watchdog``
+    The watchdog itself (started by ``observe``): while the lease is renewed
+    it does nothing; once it is older than its timeout (the daemon's node
+    timeout) the daemon can no longer reach this host and is about to start
+    its jobs elsewhere, so it kills this store's containers here. That bounds
+    how long a job can run twice when a host is cut off from the daemon.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+PROGRESS_FILE = "progress.json"
+CHECKPOINT_FILE = "checkpoint.json"
+LEASE = "lease.json"
+LOCK = "watchdog.lock"
+SCRIPT = "watchdog.py"
+LOG = "watchdog.log"
+LABEL_STORE = "gctl.store"
+POLL_S = 1.0
+"""Seconds between the watchdog's looks at its lease."""
+
+
+def read_reports(dirs: list[str]) -> dict[str, dict[str, Any]]:
+    """Each job directory's last progress report and checkpoint summary (missing: absent)."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in dirs:
+        got: dict[str, Any] = {}
+        for key, name in (("progress", PROGRESS_FILE), ("checkpoint", CHECKPOINT_FILE)):
+            try:
+                with open(os.path.join(d, name), encoding="utf-8") as fh:
+                    doc = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            if not isinstance(doc, dict):
+                continue
+            if key == "checkpoint":
+                doc = {"step": doc.get("step"), "time": doc.get("time")}
+            got[key] = doc
+        out[d] = got
+    return out
+
+
+def boot_time() -> float | None:
+    """When the host booted (epoch seconds), from ``/proc/stat``."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _socket_path(docker: list[str]) -> str | None:
+    """The engine's unix socket path, from ``-H`` in the docker argv or ``$DOCKER_HOST``."""
+    host = docker[docker.index("-H") + 1] if "-H" in docker else os.environ.get("DOCKER_HOST", "")
+    return host[len("unix://") :] if host.startswith("unix://") else None
+
+
+def engine_start(docker: list[str], booted: float | None) -> float | None:
+    """When the host's Docker engine (dockerd) started, or None when it cannot be told.
+
+    The engine serving our socket path when one is known, else the only
+    dockerd on the host.
+    """
+    if booted is None:
+        return None
+    want = _socket_path(docker)
+    found: list[float] = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if stat[stat.find("(") + 1 : stat.rfind(")")] != "dockerd":
+            continue
+        if want is not None and want not in cmdline:
+            continue
+        ticks = int(stat[stat.rfind(")") + 2 :].split()[19])  # field 22: starttime
+        found.append(booted + ticks / os.sysconf("SC_CLK_TCK"))
+    return found[0] if len(found) == 1 else None
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    """Replace ``path`` with ``doc`` in one step; its mtime is now."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
+
+
+def _watchdog_alive(agent_dir: str) -> bool:
+    """Whether a watchdog holds the agent directory's lock."""
+    try:
+        fd = os.open(os.path.join(agent_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also releases a lock taken just now
+    return False
+
+
+def _own_source() -> bytes:
+    """The agent's own source: the ``python3 -c`` argument it was sent as, or its file."""
+    if sys.argv[0] == "-c":
+        with open("/proc/self/cmdline", "rb") as fh:
+            args = fh.read().split(b"\0")
+        return args[args.index(b"-c") + 1]
+    with open(sys.argv[0], "rb") as fh:
+        return fh.read()
+
+
+def renew_lease(lease: dict[str, Any]) -> int | None:
+    """Renew the watchdog's lease and make sure a watchdog runs; its pid when one was started."""
+    agent_dir = str(lease["dir"])
+    os.makedirs(agent_dir, mode=0o700, exist_ok=True)
+    doc = {
+        "timeout": float(lease["timeout"]),
+        "store": str(lease["store"]),
+        "docker": list(lease["docker"]),
+        "standdown": False,
+    }
+    _write_json(os.path.join(agent_dir, LEASE), doc)
+    if _watchdog_alive(agent_dir):
+        return None
+    script = os.path.join(agent_dir, SCRIPT)
+    with open(script, "wb") as fh:  # this very code, whichever version of gctl sent it
+        fh.write(_own_source())
+    log = os.open(os.path.join(agent_dir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, script, "watchdog", agent_dir],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # not in the SSH session: it outlives it
+            close_fds=True,
+        )
+    finally:
+        os.close(log)
+    return proc.pid
+
+
+def observe(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``observe`` mode (module docstring)."""
+    docker = list(request.get("docker") or ["docker"])
+    started = None
+    if request.get("lease"):
+        started = renew_lease(request["lease"])
+    booted = boot_time()
+    return {
+        "reports": read_reports(list(request.get("dirs") or [])),
+        "boot_time": booted,
+        "engine_start": engine_start(docker, booted),
+        "watchdog_started": started,
+    }
+
+
+def prepare(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``prepare`` mode: the attempt's directory, fresh or seeded from an earlier one."""
+    base, attempt = str(request["base"]), int(request["attempt"])
+    target = os.path.join(base, f"a{attempt}")
+    earlier = []
+    if os.path.isdir(base):
+        for name in os.listdir(base):
+            if name.startswith("a") and name[1:].isdigit() and int(name[1:]) < attempt:
+                earlier.append(int(name[1:]))
+    seeded = None
+    if not os.path.isdir(target):
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        tmp = f"{target}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        if earlier:
+            seeded = max(earlier)
+            shutil.copytree(os.path.join(base, f"a{seeded}"), tmp, symlinks=True)
+        else:
+            os.makedirs(tmp)
+        os.replace(tmp, target)
+    keep = int(request.get("keep", 2))
+    for old in sorted(earlier)[:-keep] if keep and len(earlier) > keep else []:
+        shutil.rmtree(os.path.join(base, f"a{old}"), ignore_errors=True)
+    report = read_reports([target])[target]
+    ckpt = report.get("checkpoint") or {}
+    return {"dir": target, "seeded_from": seeded, "checkpoint_time": ckpt.get("time")}
+
+
+def standdown(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``standdown`` mode: the watchdog leaves the jobs alone until the lease is renewed."""
+    path = os.path.join(str(request["dir"]), LEASE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return {"standdown": False}
+    doc["standdown"] = True
+    _write_json(path, doc)
+    return {"standdown": True}
+
+
+def _docker(argv: list[str], *args: str) -> list[str]:
+    res = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30, check=False)
+    return res.stdout.split()
+
+
+def expired(agent_dir: str, at: float) -> dict[str, Any] | None:
+    """The lease when it has run out at ``at`` (and no standdown); None while it holds."""
+    path = os.path.join(agent_dir, LEASE)
+    try:
+        age = at - os.stat(path).st_mtime
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("standdown"):
+        return None
+    return doc if age > float(doc.get("timeout", 0)) > 0 else None
+
+
+def watchdog(agent_dir: str) -> None:
+    """The ``watchdog`` mode: kill this store's containers whenever the lease has run out."""
+    fd = os.open(os.path.join(agent_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return  # another watchdog runs
+    while os.path.isdir(agent_dir):
+        lease = expired(agent_dir, time.time())
+        if lease is not None:
+            docker = [str(a) for a in lease.get("docker") or ["docker"]]
+            label = f"label={LABEL_STORE}={lease['store']}"
+            try:
+                running = _docker(docker, "ps", "-q", "--filter", label)
+                if running:
+                    _docker(docker, "unpause", *running)  # a frozen container cannot be killed
+                    killed = _docker(docker, "kill", *running)
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    print(f"{stamp} lease expired: killed {' '.join(killed)}", flush=True)
+            except (OSError, subprocess.SubprocessError) as exc:
+                print(f"watchdog: {exc}", flush=True)
+        time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> int:
+    """Run one mode; ``observe``, ``prepare`` and ``standdown`` read JSON on stdin."""
+    mode = argv[1] if len(argv) > 1 else ""
+    if mode == "watchdog" and len(argv) == 3:
+        watchdog(argv[2])
+        return 0
+    modes = {"observe": observe, "prepare": prepare, "standdown": standdown}
+    if mode not in modes:
+        print(f"usage: {argv[0]} observe|prepare|standdown < request.json", file=sys.stderr)
+        return 2
+    json.dump(modes[mode](json.load(sys.stdin)), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
