@@ -61,6 +61,7 @@ sys.path[:0] = [
 ]
 
 import testhosts  # noqa: E402
+from daemonkit import job_file  # noqa: E402
 from sitekit import NoContainerSite  # noqa: E402
 from storekit import bulk_nodes  # noqa: E402
 
@@ -69,13 +70,14 @@ from gctl.core.policy import Policy, load_policy  # noqa: E402
 from gctl.core.state import ClusterState  # noqa: E402
 from gctl.daemon import passes  # noqa: E402
 from gctl.daemon.apply import Applied, Applier  # noqa: E402
-from gctl.daemon.jobfiles import Mirror  # noqa: E402
+from gctl.daemon.inflight import Inflight  # noqa: E402
 from gctl.daemon.loop import Daemon, DaemonConfig  # noqa: E402
 from gctl.daemon.metrics import DaemonMetrics  # noqa: E402
 from gctl.hosts.engine import ContainerSpec  # noqa: E402
 from gctl.hosts.ssh import Pool  # noqa: E402
 from gctl.services import db, hostops, jobs, nodes, specs  # noqa: E402
 from gctl.store.engine import transaction  # noqa: E402
+from gctl.store.identity import store_id  # noqa: E402
 from gctl.store.models import (  # noqa: E402
     AllocationRow,
     GpuRow,
@@ -322,14 +324,15 @@ def bench_freeze_thaw(store: db.Store, args: argparse.Namespace) -> None:
     jobs it does not know).
     """
     row = _node_row(store, "h1")
+    sid = store_id(store.engine)
     with Pool() as pool:
-        engine = hostops.engine(pool, row)
+        engine = hostops.engine(pool, row, sid)
         engine.info()  # the connection and API version once, as a running daemon has them
         spec = ContainerSpec(
-            job_id=990001, attempt=0, node=row.name, image=IMAGE,
+            job_id=990001, attempt=0, node=row.name, store_id=sid, image=IMAGE,
             command=(*TRAIN, "--steps", "1000000", "--step-time", "0.05"),
             gpu_indices=(0,), gpu_uuids=("GPU-emulated-h1-0",),
-            job_dir=hostops.job_dir(row, 990001), emulated=True,
+            job_dir=hostops.job_dir(row, sid, 990001, 0), emulated=True,
         )  # fmt: skip
         cid = engine.start(spec)
         try:
@@ -359,10 +362,11 @@ def bench_freeze_thaw(store: db.Store, args: argparse.Namespace) -> None:
     )
 
 
-def _starts(info: dict[str, Any], node: str, job_id: int) -> list[tuple[int, int]]:
+def _starts(
+    info: dict[str, Any], store: db.Store, node: str, job_id: int
+) -> list[tuple[int, int]]:
     """``(attempt, step resumed at)`` of every start of the job on ``node`` (its starts.log)."""
-    path = Path(info["dir"], node, "work", "jobs", str(job_id), "starts.log")
-    text = path.read_text() if path.exists() else ""
+    text = job_file(info, store, node, job_id, "starts.log")
     return [(int(a), int(s)) for a, s in (line.split() for line in text.splitlines())]
 
 
@@ -416,10 +420,10 @@ def _migrate_once(store: db.Store, info: dict[str, Any], job_id: int) -> tuple[f
     took = max(recorded, _epoch(found[0]["State"]["StartedAt"])) - asked
 
     def logged() -> bool:
-        return any(a == attempt for a, _ in _starts(info, dst, job_id))
+        return any(a == attempt for a, _ in _starts(info, store, dst, job_id))
 
     _wait(f"attempt {attempt} in starts.log on {dst}", logged, 30)
-    step = next(s for a, s in _starts(info, dst, job_id) if a == attempt)
+    step = next(s for a, s in _starts(info, store, dst, job_id) if a == attempt)
     return took, dst, step
 
 
@@ -561,12 +565,14 @@ def bench_reactive(args: argparse.Namespace, tmp: Path) -> None:
     def observe(kind: str, seconds: float) -> None:
         """The daemon's per-decision metric: not needed here."""
 
+    inflight = Inflight()
     with Pool() as pool:
-        site = NoContainerSite(store, pool, Mirror(tmp / "reactive-mirror"))
-        with _timed_steps(("finish_exited", "read", "decide_and_apply")) as took:
+        site = NoContainerSite(store, pool, tmp / "reactive-mirror")
+        with _timed_steps(("read", "decide_and_apply")) as took:
             started = time.perf_counter()
-            applied = passes.reactive_pass(site, policy, time.time(), observe)
+            applied = passes.reactive_pass(site, policy, time.time(), observe, inflight)
             total = time.perf_counter() - started
+    inflight.close()
     with transaction(store.engine, write=False) as s:
         holding = set(s.scalars(select(AllocationRow.job_id).distinct()))
     placed = [d for d in applied.done if isinstance(d, Place) and int(d.job_id) in holding]
@@ -593,8 +599,7 @@ def bench_reactive(args: argparse.Namespace, tmp: Path) -> None:
         f" all {len(applied.done):,} carried out: {len(applied.done) / total:,.0f}/s"
     )
     print(
-        f"  split: finish_exited {took.get('finish_exited', 0.0):.3f} s,"
-        f" snapshot read {took.get('read', 0.0):.3f} s, policy {policy.seconds:.3f} s,"
+        f"  split: snapshot read {took.get('read', 0.0):.3f} s, policy {policy.seconds:.3f} s,"
         f" apply {apply_s:.3f} s (decisions {took.get('decisions', 0.0):.3f} s,"
         f" sharing modes {took.get('sharing modes', 0.0):.3f} s)"
     )

@@ -149,15 +149,14 @@ class Run:
         Without it (or a report of the last of ``steps``), an exit 0 is taken
         for an interruption and the job restarts from its checkpoint.
         """
-        progress: dict[str, Any] = {"time": time.time(), "sdk": SDK_VERSION, "done": True}
+        try:
+            last = json.loads((self.dir / PROGRESS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            last = {}
+        progress = {k: last[k] for k in ("step", "steps", "rate") if k in last}
         if step is not None:
             progress["step"] = step
-        else:
-            try:
-                last = json.loads((self.dir / PROGRESS_FILE).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                last = {}
-            progress.update({k: last[k] for k in ("step", "steps", "rate") if k in last})
+        progress.update({"time": time.time(), "sdk": SDK_VERSION, "done": True})
         _write_json(self.dir / PROGRESS_FILE, progress, sync=True)
 
     def checkpoint(self, state: dict[str, Any]) -> None:

@@ -6,6 +6,11 @@
 #   scripts/testhosts.sh ssh-stop NAME  # stop one host's sshd (and its sessions)
 #   scripts/testhosts.sh ssh-start NAME # start it again
 #   scripts/testhosts.sh rekey NAME     # new host key, sshd restarted
+#   scripts/testhosts.sh freeze NAME    # SIGSTOP the host's sshd and its sessions (a hung host)
+#   scripts/testhosts.sh thaw NAME      # SIGCONT them
+#   scripts/testhosts.sh engine-stop NAME   # stop its dockerd as systemctl would (containers
+#                                           # get SIGTERM and stay, exited)
+#   scripts/testhosts.sh engine-start NAME  # start it again
 #   scripts/testhosts.sh stop           # stop everything, delete the state dir
 #
 # State lives in DIR=${GCTL_TESTHOSTS_DIR:-/tmp/gctl-testhosts}; the hosts listen on
@@ -488,15 +493,17 @@ cmd_env() {
   local i first=1
   printf '{"dir": "%s", "key": "%s/id_ed25519", "image": "%s", "hosts": [' "$DIR" "$DIR" "$IMAGE"
   for i in $(existing_hosts); do
-    local fp="" ssh_up=false docker_up=false
+    local fp="" ssh_up=false docker_up=false frozen=false
     [ ! -f "$DIR/h$i/ssh_host_ed25519_key.pub" ] || fp=$(fingerprint "$i")
     ! sshd_pid "$i" >/dev/null || ssh_up=true
     ! dockerd_pid "$i" >/dev/null || docker_up=true
+    [ ! -f "$DIR/h$i/frozen" ] || frozen=true
     [ "$first" -eq 1 ] || printf ', '
     first=0
     printf '{"name": "h%s", "host": "%s", "port": %s, "user": "root", ' "$i" "$(addr "$i")" "$PORT"
     printf '"docker_host": "unix://%s", "work_dir": "%s/h%s/work", ' "$(sock "$i")" "$DIR" "$i"
-    printf '"fingerprint": "%s", "ssh_running": %s, "docker_running": %s}' "$fp" "$ssh_up" "$docker_up"
+    printf '"fingerprint": "%s", "ssh_running": %s, "docker_running": %s, ' "$fp" "$ssh_up" "$docker_up"
+    printf '"frozen": %s}' "$frozen"
   done
   printf ']}\n'
 }
@@ -576,6 +583,50 @@ cmd_ssh_start() {
   wait_sshd "$i"
 }
 
+cmd_freeze() {
+  local i pid
+  host_index "$1"
+  i=$HI
+  take_lock
+  pid=$(sshd_pid "$i") || die "h$i: sshd is not running"
+  # shellcheck disable=SC2046
+  printf '%s\n' "$pid" $(descendants "$pid") >>"$DIR/h$i/frozen"
+  # shellcheck disable=SC2046
+  kill -STOP $(sort -u "$DIR/h$i/frozen") 2>/dev/null || true
+  log "h$i: froze sshd and its sessions ($(sort -u "$DIR/h$i/frozen" | wc -l) processes)"
+}
+
+cmd_thaw() {
+  local i
+  host_index "$1"
+  i=$HI
+  take_lock
+  [ -f "$DIR/h$i/frozen" ] || return 0
+  # shellcheck disable=SC2046
+  kill -CONT $(sort -u "$DIR/h$i/frozen") 2>/dev/null || true
+  rm -f -- "$DIR/h$i/frozen"
+  log "h$i: thawed"
+}
+
+cmd_engine_stop() {
+  local i pid
+  host_index "$1"
+  i=$HI
+  take_lock
+  pid=$(dockerd_pid "$i") || return 0
+  log "h$i: stopping dockerd ($pid), its containers left to it"
+  terminate 60 "$pid"
+}
+
+cmd_engine_start() {
+  local i
+  host_index "$1"
+  i=$HI
+  take_lock
+  start_dockerd "$i"
+  wait_dockerd "$i"
+}
+
 cmd_rekey() {
   local i old
   host_index "$1"
@@ -624,6 +675,10 @@ cmd_stop() {
   [ -e "$DIR/$MARKER" ] || die "$DIR is not a testhosts directory (no $MARKER); not touching it"
   take_lock
   local i strays pids=() p
+  for i in $(existing_hosts .); do
+    # shellcheck disable=SC2046
+    [ ! -f "$DIR/h$i/frozen" ] || kill -CONT $(cat "$DIR/h$i/frozen") 2>/dev/null || true
+  done
   for i in $(existing_hosts .); do stop_sshd "$i"; done
   for i in $(existing_hosts .); do
     stop_dockerd "$i" &
@@ -650,7 +705,9 @@ cmd_stop() {
   log "stopped; removed $DIR"
 }
 
-usage() { die "usage: $0 start [N] | env | ssh-stop NAME | ssh-start NAME | rekey NAME | stop"; }
+usage() {
+  die "usage: $0 start [N] | env | ssh-stop|ssh-start|rekey|freeze|thaw|engine-stop|engine-start NAME | stop"
+}
 
 [ $# -ge 1 ] || usage
 # Everything but the final JSON goes to stderr; fd 3 is the real stdout.
@@ -664,7 +721,7 @@ case $1 in
     [ $# -eq 1 ] || usage
     cmd_env >&3
     ;;
-  ssh-stop | ssh-start | rekey)
+  ssh-stop | ssh-start | rekey | freeze | thaw | engine-stop | engine-start)
     [ $# -eq 2 ] || usage
     "cmd_${1//-/_}" "$2"
     ;;

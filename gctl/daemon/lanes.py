@@ -7,7 +7,7 @@ are put into lanes: a job's actions all go, in order, into one lane (its
 freeze never overtakes its start); the jobs on one set of nodes are spread
 over :data:`PER_NODES` lanes; the lanes run side by side on at most
 ``workers`` threads. An action that fails takes the job's later actions in
-the batch with it, unrun. What is done is handed back as it comes
+the batch with it, unrun (skipped: decided again next pass). What is done is handed back as it comes
 (:meth:`LaneRun.take`), so the caller can record it while the rest goes on,
 and the caller may stop waiting (a host that hangs): what was not begun is
 dropped, what runs is finished and handed back later.
@@ -129,9 +129,8 @@ class LaneRun(Generic[T]):
             if cancelled:
                 self._finish(position, Done(step.item, began, skipped=True))
                 continue
-            if step.job in failed:
-                why = f"not carried out: an earlier action on it failed ({failed[step.job]})"
-                self._finish(position, Done(step.item, began, HostError("-", why)))
+            if step.job in failed:  # not carried out: an earlier action on the job failed
+                self._finish(position, Done(step.item, began, skipped=True))
                 continue
             assert step.action is not None
             try:

@@ -19,7 +19,7 @@ defragmentation, grow and shrink.
 The daemon holds the store's lease, and every write it makes checks it
 (:mod:`gctl.daemon.lease`): a daemon that lost it stops with a message and
 writes nothing more. It checks the store itself at start and every
-:data:`HEALTH_EVERY` seconds (:mod:`gctl.store.health`): a SQLite file
+:data:`HEALTH_EVERY` seconds (by default) (:mod:`gctl.store.health`): a SQLite file
 deleted, replaced or corrupted under it stops it with the reason, its jobs
 left running. Stopping the daemon (SIGTERM, SIGINT) finishes the
 current step, tells the hosts' watchdogs to stand down and gives the lease
@@ -89,6 +89,8 @@ class DaemonConfig:
     dcgm_dir: str | None = None
     answer_within: float | None = None
     """Seconds an observation of a node may take before the node is not responding."""
+    health_every: float = HEALTH_EVERY
+    """Seconds between checks that the store is still the one opened, and sound."""
 
     def __post_init__(self) -> None:
         """Reject periods no loop can keep."""
@@ -171,10 +173,15 @@ class Daemon:
                 on_ready()
             while not stop.is_set():
                 started = time.monotonic()
-                if started - checked >= HEALTH_EVERY:
+                if started - checked >= cfg.health_every:
                     checked = started
                     health.check()
-                if not lease.renew(store, epoch):
+                try:
+                    renewed = lease.renew(store, epoch)
+                except SQLAlchemyError:
+                    health.check()  # a store gone bad says so; else the error stands
+                    raise
+                if not renewed:
                     lease.check_held(store, epoch)
                 seen = _arrivals(store)
                 loop.tick()
@@ -188,7 +195,10 @@ class Daemon:
             inflight.close()
             site.close()
             pool.close()
-            lease.release(self.store, epoch)
+            try:
+                lease.release(self.store, epoch)
+            except SQLAlchemyError as exc:  # the store may be what stopped the daemon
+                log.warning("could not give the lease back: %s", exc)
 
 
 class _Loop:
@@ -220,7 +230,7 @@ class _Loop:
         overdue = watch.overdue()
         _step("heartbeat", lambda: self.heartbeat.record(site, seen, overdue, at))
         if any(o.full and o.error is None for o in seen):
-            _step("profile", lambda: passes.record_profiles(site, seen, watch.latest))
+            _step("profile", lambda: passes.record_profiles(site, seen, watch.samples))
         _step("ends", lambda: ends.settle(site, watch.latest, self.inflight))
         self.inflight.collect()
         if at >= self.due["reconcile"]:

@@ -18,6 +18,7 @@ from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site
 from gctl.daemon.watch import Observation
 from gctl.gcpause import gc_paused
+from gctl.services.telemetry import NodeSample
 from gctl.store.engine import transaction
 from gctl.store.models import JobRow, ProfileRow
 from gctl.store.snapshot import MECHANISM_CHECKPOINT, Snapshot, read
@@ -28,7 +29,7 @@ BLOCKED_BY = "gctl-daemon:unreachable"
 """Who holds the core drain of a node that is not answering or not reconciled yet."""
 
 
-def record_profiles(site: Site, seen: list[Observation], latest: Mapping[str, Observation]) -> None:
+def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, NodeSample]) -> None:
     """Record a profile sample of every job running on the nodes just fully observed.
 
     Progress comes from the job SDK's report in the job directory on the
@@ -41,8 +42,8 @@ def record_profiles(site: Site, seen: list[Observation], latest: Mapping[str, Ob
     if not reports:
         return
     jobs_on: dict[int, tuple[float, int]] = {}
-    for o in latest.values():
-        for j in o.sample.jobs if o.sample is not None else ():
+    for sample in samples.values():
+        for j in sample.jobs:
             util, mem = jobs_on.get(j.job_id, (0.0, 0))
             jobs_on[j.job_id] = (
                 max(util, (j.util_percent or 0.0) / 100),

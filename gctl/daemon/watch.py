@@ -183,6 +183,8 @@ class Watch:
         self.answer_within = answer_within
         self.lease_timeout = lease_timeout
         self.latest: dict[str, Observation] = {}
+        self.samples: dict[str, NodeSample] = {}
+        """Each node's latest GPU sample (full observations only take one)."""
         self.not_responding: set[str] = set()
         self.unreconciled: set[str] = set()
         self._known: set[str] = set()
@@ -204,6 +206,7 @@ class Watch:
         for name in list(self.latest):
             if name not in nodes:  # removed from the store
                 self.latest.pop(name)
+                self.samples.pop(name, None)
                 self.not_responding.discard(name)
                 self.unreconciled.discard(name)
         for name, row in nodes.items():
@@ -241,6 +244,8 @@ class Watch:
                     self.not_responding.discard(name)
                     self.unreconciled.add(name)  # back: reconciled before new work
                 self.latest[name] = got
+                if got.sample is not None:
+                    self.samples[name] = got.sample
             else:
                 self.not_responding.add(name)
         return out

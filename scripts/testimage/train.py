@@ -7,8 +7,10 @@ Built on the job SDK (``gctl.job``), as a real training loop would be. It
 resumes from the last checkpoint in ``$GCTL_JOB_DIR`` (default ``/gctl``),
 then for each step sleeps ``S`` seconds, reports progress and prints
 ``step I/N``; each start appends ``ATTEMPT STEP`` to ``starts.log`` there, so
-tests can see where a restarted job resumed. It checkpoints every K steps,
-on SIGUSR1 (and carries on) and on SIGTERM or SIGINT (and exits 0).
+tests can see where a restarted job resumed, and each checkpoint appends
+``ATTEMPT STEP`` to ``checkpoints.log``, so they can see which run wrote
+it. It checkpoints every K steps, on SIGUSR1 (and carries on) and on
+SIGTERM or SIGINT (and exits 0).
 ``--fail-at`` exits 3 at that step; ``--alloc-mb`` allocates and touches
 that much memory first (to provoke an OOM kill under a memory limit).
 Prints ``done`` and exits 0 at the end.
@@ -34,6 +36,8 @@ from gctl import job
 
 STARTS_LOG = "starts.log"
 """Appended in the job directory at every start: ``ATTEMPT STEP`` (the step it resumed at)."""
+CHECKPOINTS_LOG = "checkpoints.log"
+"""Appended in the job directory at every checkpoint: ``ATTEMPT STEP``."""
 
 
 class EmulatedGpus:
@@ -91,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def checkpoint(why: str) -> None:
         run.checkpoint({"step": step, "steps": args.steps})
+        with open(run.dir / CHECKPOINTS_LOG, "a", encoding="utf-8") as fh:
+            fh.write(f"{run.attempt} {step}\n")
         print(f"checkpoint {step} ({why})", flush=True)
 
     ballast = bytearray(args.alloc_mb * 1024 * 1024)

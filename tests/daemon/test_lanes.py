@@ -6,8 +6,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import pytest
-
 from gctl.daemon import lanes
 from gctl.daemon.lanes import Step
 from gctl.hosts.ssh import HostError
@@ -44,17 +42,28 @@ def test_a_jobs_steps_share_a_lane_and_a_node_set_gets_up_to_per_nodes_lanes() -
     assert lanes.PER_NODES == 4
 
 
-def test_lanes_run_side_by_side_and_each_yield_is_in_the_given_order() -> None:
+def _all(running: lanes.LaneRun[str]) -> list[lanes.Done[str]]:
+    """Every outcome of a run, waiting for its end."""
+    done: list[lanes.Done[str]] = []
+    deadline = time.monotonic() + 30
+    while not running.finished:
+        assert time.monotonic() < deadline
+        done += running.take(0.5)
+    return done + running.take()
+
+
+def test_lanes_run_side_by_side_and_each_take_is_in_the_given_order() -> None:
     log: list[str] = []
     steps = [Step(f"start {j}", j, (f"n{j}",), _record(log, f"start {j}", 0.3)) for j in range(8)]
     steps.append(Step("queue 9", 9, (), None))
     began = time.monotonic()
-    chunks = list(lanes.run(steps, workers=8, every=5.0))
+    running = lanes.LaneRun(steps, workers=8)
+    assert [d.item for d in running.take()] == ["queue 9"]  # nothing to do on a host: at once
+    done = _all(running)
     took = time.monotonic() - began
     assert took < 1.5  # one after another would take 8 x 0.3 s
-    done = [d for chunk in chunks for d in chunk]
-    assert [d.item for d in done] == [s.item for s in steps]
-    assert all(d.error is None for d in done)
+    assert sorted(d.item for d in done) == sorted(s.item for s in steps[:8])
+    assert all(d.error is None and not d.skipped for d in done)
     assert sorted(log) == sorted(f"start {j}" for j in range(8))
 
 
@@ -68,11 +77,38 @@ def test_what_is_done_comes_back_while_slow_lanes_go_on() -> None:
         Step("quick", 1, ("n1",), lambda: None),
         Step("slow", 2, ("n2",), lambda: _wait(release)),
     ]
-    chunks = lanes.run(steps, workers=2, every=0.2)
-    first = next(chunks)
+    running = lanes.LaneRun(steps, workers=2)
+    first = running.take(2.0)
     assert [d.item for d in first] == ["quick"]
+    assert not running.finished and not running.future.done()
     release.set()
-    assert [d.item for chunk in chunks for d in chunk] == ["slow"]
+    assert [d.item for d in _all(running)] == ["slow"]
+    assert running.future.done()
+
+
+def test_cancel_drops_what_has_not_begun_and_lets_what_runs_finish_later() -> None:
+    """A host that hangs: the caller stops waiting, the rest of the pass goes on."""
+    release = threading.Event()
+    log: list[str] = []
+    steps = [
+        Step("hung start", 1, ("n1",), lambda: _wait(release)),
+        Step("freeze after it", 1, ("n1",), _record(log, "freeze after it")),
+        Step("start elsewhere", 2, ("n2",), _record(log, "start elsewhere", 0.5)),
+    ]
+    running = lanes.LaneRun(steps, workers=1)  # one thread: the second lane waits its turn
+    time.sleep(0.2)
+    still = running.cancel()
+    assert [s.item for s in still] == ["hung start"]
+    skipped = running.take()
+    assert sorted(d.item for d in skipped) == ["start elsewhere"]
+    assert all(d.skipped for d in skipped)
+    release.set()
+    later = _all(running)
+    assert [(d.item, d.skipped, d.error) for d in later] == [
+        ("hung start", False, None),
+        ("freeze after it", True, None),
+    ]
+    assert log == [] and running.future.done()
 
 
 def test_a_failure_takes_the_jobs_later_steps_and_leaves_the_others() -> None:
@@ -82,19 +118,18 @@ def test_a_failure_takes_the_jobs_later_steps_and_leaves_the_others() -> None:
         Step("place 2", 2, ("n1",), _record(log, "place 2")),
         Step("freeze 1", 1, ("n1",), _record(log, "freeze 1")),
     ]
-    done = [d for chunk in lanes.run(steps, workers=4, every=5.0) for d in chunk]
-    outcome = {d.item: None if d.error is None else str(d.error) for d in done}
-    assert outcome == {
-        "place 1": "n1: no room",
-        "place 2": None,
-        "freeze 1": "-: not carried out: an earlier action on it failed (n1: no room)",
-    }
+    done = _all(lanes.LaneRun(steps, workers=4))
+    outcome = {d.item: "skipped" if d.skipped else str(d.error) for d in done}
+    assert outcome == {"place 1": "n1: no room", "place 2": "None", "freeze 1": "skipped"}
     assert log == ["place 2"]
 
 
-def test_an_error_that_is_not_a_host_error_propagates() -> None:
+def test_a_bug_in_an_action_is_that_steps_error_and_the_lane_goes_on() -> None:
     def bug() -> None:
         raise KeyError("bug")
 
-    with pytest.raises(KeyError):
-        list(lanes.run([Step("x", 1, ("n1",), bug)], workers=1, every=1.0))
+    log: list[str] = []
+    steps = [Step("x", 1, ("n1",), bug), Step("y", 2, ("n1",), _record(log, "y"))]
+    done = _all(lanes.LaneRun(steps, workers=1))
+    assert "internal error: KeyError" in str(done[0].error) and done[1].error is None
+    assert log == ["y"]

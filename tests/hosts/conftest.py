@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import testhosts
+from daemonkit import STORES, Running
 
 from gctl.hosts.ssh import Pool
 from gctl.services import db, nodes
@@ -33,15 +34,19 @@ def hosts() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def clean_hosts(hosts: dict[str, Any]) -> Iterator[None]:
-    """After the test: every host's sshd back up and every job container removed.
+    """After the test: every host thawed, its sshd and engine up, every job container removed.
 
     The hosts are shared by the session; daemon tests use this so the next
     test starts on empty hosts.
     """
     yield
     for h in testhosts.env()["hosts"]:
+        if h["frozen"]:
+            testhosts.thaw(h["name"])
         if not h["ssh_running"]:
             testhosts.ssh_start(h["name"])
+        if not h["docker_running"]:
+            testhosts.engine_start(h["name"])
         docker = ["docker", "-H", h["docker_host"]]
         found = subprocess.run(
             [*docker, "ps", "-aq", "--filter", "label=gctl.job"],
@@ -98,6 +103,21 @@ def host_store_of(
 ) -> Callable[[str], db.Store]:
     """Make a store like ``host_store`` with the given emulated GPUs per node (``5xV100-16GB``)."""
     return lambda gpus: _store(hosts, tmp_path, monkeypatch, gpus)
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    """Start a daemon on a store; stopped (and checked for errors) after the test."""
+    started: list[Running] = []
+
+    def start(store: db.Store, **config: Any) -> Running:
+        STORES.append(store)
+        started.append(Running(store, tmp_path, **config))
+        return started[-1]
+
+    yield start
+    for d in started:
+        d.close()
 
 
 @pytest.fixture

@@ -9,87 +9,42 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import testhosts
 from clikit import run
-from daemonkit import Running
+from daemonkit import STORES, Running, job_file, jobs_of, submit, wait
+from daemonkit import kinds as _kinds
 from sqlalchemy import select
 
 from gctl.services import db, jobs, nodes, specs
 from gctl.store.engine import transaction
-from gctl.store.models import EventRow, JobRow, NodeRow
+from gctl.store.models import EventRow, NodeRow
 
 pytestmark = pytest.mark.usefixtures("clean_hosts")
 
-TRAIN = ["python3", "/opt/gctl/train.py"]
 
-
-@pytest.fixture
-def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Running]]:
-    """Start a daemon on a store; stopped (and checked for errors) after the test."""
-    started: list[Running] = []
-
-    def start(store: db.Store, **config: Any) -> Running:
-        _STORE.append(store)
-        started.append(Running(store, tmp_path, **config))
-        return started[-1]
-
-    yield start
-    for d in started:
-        d.close()
+_STORE = STORES
 
 
 def _submit(store: db.Store, *argv: str, gpus: int = 1, **extra: Any) -> int:
-    req = specs.build(image="gctl-test/train:1", command=[*TRAIN, *argv], gpus=gpus, **extra)
-    return jobs.submit(store, [req])[0]
-
-
-def _jobs(store: db.Store) -> dict[int, JobRow]:
-    with transaction(store.engine, write=False) as s:
-        return {r.id: r for r in s.scalars(select(JobRow))}
+    return submit(store, *argv, gpus=gpus, **extra)
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}{_describe()}")
-
-
-_STORE: list[db.Store] = []
-
-
-def _describe() -> str:
-    """The jobs and the latest events, for a timeout's message."""
-    if not _STORE:
-        return ""
-    with transaction(_STORE[-1].engine, write=False) as s:
-        rows = [f"{r.id}:{r.state}:{r.reason}" for r in s.scalars(select(JobRow))]
-        evs = s.scalars(select(EventRow).order_by(EventRow.id.desc()).limit(15)).all()
-        lines = [f"{e.kind} {e.message}" for e in reversed(evs)]
-    return "\n" + "\n".join(rows + lines)
+    wait(what, check, timeout, _STORE[-1] if _STORE else None)
 
 
 def _job_file(hosts: dict[str, Any], node: str, job_id: int, name: str) -> str:
-    path = Path(f"{hosts['dir']}/{node}/work/jobs/{job_id}/{name}")
-    return path.read_text() if path.exists() else ""
+    return job_file(hosts, _STORE[-1], node, job_id, name)
 
 
 def _starts(hosts: dict[str, Any], node: str, job_id: int) -> list[tuple[int, int]]:
     """``(attempt, step resumed at)`` of every start of the job on ``node``."""
     text = _job_file(hosts, node, job_id, "starts.log")
     return [(int(a), int(s)) for a, s in (line.split() for line in text.splitlines())]
-
-
-def _kinds(store: db.Store, job_id: int) -> list[str]:
-    with transaction(store.engine, write=False) as s:
-        return list(s.scalars(select(EventRow.kind).where(EventRow.job_id == job_id)))
 
 
 def test_six_jobs_on_one_four_gpu_node_time_slice_and_all_finish(
@@ -100,12 +55,14 @@ def test_six_jobs_on_one_four_gpu_node_time_slice_and_all_finish(
     ids = [_submit(host_store4, "--steps", str(steps), "--step-time", "0.05") for _ in range(6)]
     start_daemon(host_store4, policy_options={"quantum": 1.0, "migration": False})
 
-    _wait("all six on GPUs", lambda: all(j.state != "PENDING" for j in _jobs(host_store4).values()))
+    _wait(
+        "all six on GPUs", lambda: all(j.state != "PENDING" for j in jobs_of(host_store4).values())
+    )
     view = nodes.list_nodes(host_store4, ["h1"])[0]
     assert view.height == 1.5  # six 1-GPU jobs on 4 GPUs: nobody waits in the queue
     _wait(
         "all six completed",
-        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store4).values()),
+        lambda: all(j.state == "COMPLETED" for j in jobs_of(host_store4).values()),
         timeout=120,
     )
     for job_id in ids:
@@ -123,22 +80,22 @@ def test_suspend_resume_and_migrate_continue_from_the_checkpoint(
     start_daemon(host_store)
     _wait(
         "the job to run and be known to checkpoint",
-        lambda: _jobs(host_store)[job].mechanism == "checkpoint",
+        lambda: jobs_of(host_store)[job].mechanism == "checkpoint",
     )
     node = jobs.show_job(host_store, job).view.nodes[0]
     other = "h2" if node == "h1" else "h1"
 
     assert not jobs.act(host_store, job, "suspend").done  # recorded for the daemon
-    _wait("suspended", lambda: _jobs(host_store)[job].state == "SUSPENDED")
-    row = _jobs(host_store)[job]
+    _wait("suspended", lambda: jobs_of(host_store)[job].state == "SUSPENDED")
+    row = jobs_of(host_store)[job]
     assert row.held and jobs.show_job(host_store, job).view.nodes == ()  # GPUs given back
     jobs.act(host_store, job, "resume")
-    _wait("running again", lambda: _jobs(host_store)[job].state == "RUNNING")
-    _wait("reporting again", lambda: _jobs(host_store)[job].attempt == 1)
+    _wait("running again", lambda: jobs_of(host_store)[job].state == "RUNNING")
+    _wait("reporting again", lambda: jobs_of(host_store)[job].attempt == 1)
     time.sleep(1.0)
     jobs.act(host_store, job, "migrate", to=other)
     _wait("moved", lambda: jobs.show_job(host_store, job).view.nodes == (other,))
-    _wait("completed", lambda: _jobs(host_store)[job].state == "COMPLETED", timeout=120)
+    _wait("completed", lambda: jobs_of(host_store)[job].state == "COMPLETED", timeout=120)
 
     starts = _starts(hosts, node, job)
     assert starts[0] == (0, 0)
@@ -155,7 +112,7 @@ def test_a_node_that_stops_answering_is_marked_down_and_its_jobs_finish_elsewher
 ) -> None:
     job = _submit(host_store, "--steps", "150", "--step-time", "0.05", "--checkpoint-every", "10")
     start_daemon(host_store, node_timeout=3.0)
-    _wait("running", lambda: _jobs(host_store)[job].state == "RUNNING")
+    _wait("running", lambda: jobs_of(host_store)[job].state == "RUNNING")
     first = jobs.show_job(host_store, job).view.nodes[0]
     if first != "h1":
         pytest.fail(f"expected the first node to take the job, got {first}")
@@ -165,10 +122,10 @@ def test_a_node_that_stops_answering_is_marked_down_and_its_jobs_finish_elsewher
     try:
         _wait("h1 down", lambda: nodes.show_node(host_store, "h1").state.startswith("down"))
         _wait("requeued onto h2", lambda: jobs.show_job(host_store, job).view.nodes == ("h2",))
-        _wait("completed", lambda: _jobs(host_store)[job].state == "COMPLETED", timeout=120)
+        _wait("completed", lambda: jobs_of(host_store)[job].state == "COMPLETED", timeout=120)
     finally:
         testhosts.ssh_start("h1")
-    row = _jobs(host_store)[job]
+    row = jobs_of(host_store)[job]
     assert row.restarts == 1
     resumed = _starts(hosts, "h2", job)[-1]
     assert resumed[1] >= 10  # from the last checkpoint the daemon had, not from zero
@@ -189,12 +146,12 @@ def test_an_elastic_job_grows_when_idle_and_shrinks_when_work_arrives(
     newcomer = _submit(host_store, "--steps", "20", "--step-time", "0.05")
     _wait("shrunk to 1 GPU", lambda: len(jobs.show_job(host_store, job).allocations) == 1)
     assert "job.shrink" in _kinds(host_store, job)
-    _wait("the newcomer done", lambda: _jobs(host_store)[newcomer].state == "COMPLETED")
+    _wait("the newcomer done", lambda: jobs_of(host_store)[newcomer].state == "COMPLETED")
     starts = _starts(hosts, "h1", job)
     assert [a for a, _ in starts] == [0, 1, 2]  # started, restarted grown, restarted shrunk
     assert starts[2][1] >= starts[1][1] > 0  # each restart from a checkpoint, never from zero
     jobs.act(host_store, job, "cancel")
-    _wait("cancelled", lambda: _jobs(host_store)[job].state == "CANCELLED")
+    _wait("cancelled", lambda: jobs_of(host_store)[job].state == "CANCELLED")
 
 
 def test_a_high_priority_job_is_never_suspended_for_normal_ones(
@@ -206,14 +163,14 @@ def test_a_high_priority_job_is_never_suspended_for_normal_ones(
     start_daemon(host_store, policy_options={"quantum": 0.5})
     _wait(
         "all completed",
-        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
+        lambda: all(j.state == "COMPLETED" for j in jobs_of(host_store).values()),
         timeout=120,
     )
     assert "job.suspend" not in _kinds(host_store, high)
     assert any("job.suspend" in _kinds(host_store, j) for j in normal)  # they took turns
 
 
-def _light_looking_jobs(
+def _light_lookingjobs_of(
     store: db.Store, *, steps: int, gpu_busy: float, count: int = 3
 ) -> list[int]:
     """1-GPU jobs showing 20 % utilisation, for h1 alone (2 GPUs): with 3, two must share."""
@@ -228,7 +185,7 @@ def _wait_all_reach(
     """Wait for every job to complete, then check each reached ``steps`` on h1."""
     _wait(
         "all completed",
-        lambda: all(j.state == "COMPLETED" for j in _jobs(store).values()),
+        lambda: all(j.state == "COMPLETED" for j in jobs_of(store).values()),
         timeout=timeout,
     )
     for job_id in ids:
@@ -251,7 +208,7 @@ def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # Each job computes 20 % of every step on its emulated GPU: two on one GPU barely contend.
-    ids = _light_looking_jobs(host_store, steps=240, gpu_busy=0.2)
+    ids = _light_lookingjobs_of(host_store, steps=240, gpu_busy=0.2)
     options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
     start_daemon(host_store, policy_options=options)
 
@@ -270,7 +227,7 @@ def test_light_jobs_taking_turns_take_them_two_at_a_time(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # Six light jobs on h1's two GPUs: three per GPU, nobody alone to pack onto.
-    ids = _light_looking_jobs(host_store, steps=120, gpu_busy=0.2, count=6)
+    ids = _light_lookingjobs_of(host_store, steps=120, gpu_busy=0.2, count=6)
     start_daemon(host_store, policy_options={"quantum": 1.0, "migration": False})
 
     _wait("a turn taken packed", lambda: bool(_turn_packs(host_store)))
@@ -282,7 +239,7 @@ def test_a_pack_that_loses_to_time_slicing_is_undone(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # The jobs show 20 % but compute the whole step: packed, each runs at half speed or less.
-    ids = _light_looking_jobs(host_store, steps=200, gpu_busy=1.0)
+    ids = _light_lookingjobs_of(host_store, steps=200, gpu_busy=1.0)
     # Time slicing gives a pair 1.0 at best; ask packing to beat it clearly.
     options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
     options["pack_keep_above"] = 1.25
@@ -305,17 +262,17 @@ def test_a_scattered_job_is_regrouped_after_a_big_job_finishes(
     filler = _submit(store, "--steps", "100000", "--step-time", "0.05", gpus=4)  # h2, 4 of 5
     spread = _submit(store, "--steps", "100000", "--step-time", "0.05", gpus=2)  # 1 + 1
     start_daemon(store, policy_options={"reconsider_every": 1.0})
-    _wait("the 2-GPU job spread over both", lambda: _jobs(store)[spread].state == "RUNNING")
+    _wait("the 2-GPU job spread over both", lambda: jobs_of(store)[spread].state == "RUNNING")
     assert sorted(jobs.show_job(store, spread).view.nodes) == ["h1", "h2"]
-    _wait("the big job done", lambda: _jobs(store)[big].state == "COMPLETED")
+    _wait("the big job done", lambda: jobs_of(store)[big].state == "COMPLETED")
     _wait("regrouped on h1", lambda: jobs.show_job(store, spread).view.nodes == ("h1",))
     assert "job.migrate" in _kinds(store, spread)
-    _wait("running again", lambda: _jobs(store)[spread].state == "RUNNING")
+    _wait("running again", lambda: jobs_of(store)[spread].state == "RUNNING")
     _wait("a restart on h1", lambda: len(_starts(hosts, "h1", spread)) >= 2)
     assert _starts(hosts, "h1", spread)[-1][1] > 0  # from its checkpoint, not from zero
     for job_id in (spread, filler):
         jobs.act(store, job_id, "cancel")
-    _wait("cancelled", lambda: _jobs(store)[spread].state == "CANCELLED")
+    _wait("cancelled", lambda: jobs_of(store)[spread].state == "CANCELLED")
 
 
 def test_show_job_gives_measured_progress_with_the_sdk_and_an_estimate_without(
@@ -366,14 +323,15 @@ def test_jobs_that_do_not_fit_a_gpu_together_take_turns_checkpointed(
     _wait(
         "both running, known to checkpoint",
         lambda: all(
-            (j.state, j.mechanism) == ("RUNNING", "checkpoint") for j in _jobs(host_store).values()
+            (j.state, j.mechanism) == ("RUNNING", "checkpoint")
+            for j in jobs_of(host_store).values()
         ),
     )
     third = _submit(host_store, *argv, gpu_mem="10G")
     ids = [*first, third]
     _wait(
         "all three completed",
-        lambda: all(j.state == "COMPLETED" for j in _jobs(host_store).values()),
+        lambda: all(j.state == "COMPLETED" for j in jobs_of(host_store).values()),
         timeout=150,
     )
     with transaction(host_store.engine, write=False) as s:

@@ -9,7 +9,7 @@ from gctl.hosts.ssh import command_line
 
 def _spec(**kw: object) -> ContainerSpec:
     base: dict[str, object] = {
-        "job_id": 7, "attempt": 2, "node": "gpu01", "image": "train:1",
+        "job_id": 7, "attempt": 2, "node": "gpu01", "store_id": "5t0re", "image": "train:1",
         "command": ("python", "t.py"), "gpu_indices": (2, 3),
         "gpu_uuids": ("GPU-aaaa", "GPU-bbbb"), "job_dir": "/var/lib/gctl/jobs/7",
     }  # fmt: skip
@@ -37,10 +37,11 @@ def test_emulated_gpus_request_no_device_but_get_the_same_env_and_labels() -> No
         "1",
     )
     assert spec.labels() == {
+        "gctl.store": "5t0re", "gctl.epoch": "0",
         "gctl.job": "7", "gctl.attempt": "2", "gctl.node": "gpu01", "gctl.gpus": "2,3",
         "gctl.gpu-uuids": "GPU-aaaa,GPU-bbbb", "gctl.emulated": "1", "gctl.gpu-mem-mb": "8000",
     }  # fmt: skip
-    assert spec.name == "gctl-7-2"
+    assert spec.name == "gctl-5t0re-7-2"  # two stores on one engine never clash
 
 
 def test_remote_command_lines_quote_every_argument() -> None:

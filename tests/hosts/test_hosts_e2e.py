@@ -19,11 +19,13 @@ import testhosts
 from clikit import run
 from sqlalchemy import select
 
+from gctl.daemon import jobfiles
 from gctl.hosts.engine import ContainerSpec, Engine, host_config
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import CommandTimeout, HostError, HostKeyMismatch, Pool, Target
 from gctl.services import db, hostops
 from gctl.store.engine import transaction
+from gctl.store.identity import store_id
 from gctl.store.models import NodeRow
 
 IMAGE = "gctl-test/train:1"
@@ -31,15 +33,16 @@ TRAIN = ("python3", "/opt/gctl/train.py")
 
 
 def _engine(store: db.Store, pool: Pool, name: str) -> tuple[Engine, str]:
-    """A node's engine and a fresh job directory root under the node's work dir.
+    """A node's engine and a fresh job directory root under the store's tree on the node.
 
     Fresh: the daemon tests leave job directories with checkpoints behind, and
     the training program resumes from one it finds.
     """
     with transaction(store.engine, write=False) as s:
         row = s.scalars(select(NodeRow).where(NodeRow.name == name)).one()
-        root = hostops.job_dir(row, 0).rsplit("/", 1)[0]
-        return hostops.engine(pool, row), f"{root}/e2e-{uuid.uuid4().hex[:12]}"
+        sid = store_id(s.connection())
+        root = hostops.store_dir(row, sid)
+        return hostops.engine(pool, row, sid), f"{root}/e2e-{uuid.uuid4().hex[:12]}"
 
 
 def _spec(
@@ -49,6 +52,7 @@ def _spec(
         job_id=job_id,
         attempt=0,
         node=node,
+        store_id=jobs_root.split("/stores/")[1].split("/")[0],
         image=IMAGE,
         command=cmd,
         gpu_indices=gpus,
@@ -172,7 +176,7 @@ def test_text_arrives_byte_for_byte(host_store: db.Store, pool: Pool) -> None:
     assert engine.wait(cid, timeout=30) == 0
     out = json.loads(b"".join(engine.logs(cid)))
     assert out == {"argv": TRICKY, "env": TRICKY[1] + TRICKY[2]}
-    assert engine.state(cid).name == "gctl-31-0"
+    assert engine.state(cid).name == spec.name
     engine.remove(cid)
     echo = pool.run(engine.target, ["printf", "%s\n", *TRICKY])
     assert echo.rc == 0 and echo.stdout.decode() == "".join(t + "\n" for t in TRICKY)
@@ -254,7 +258,7 @@ def test_top_derives_emulated_use_from_the_jobs(host_store: db.Store, pool: Pool
         assert (gpus[1]["util_percent"], gpus[1]["memory_used_mb"]) == (0.0, 3000)
         assert (jobs[41]["util_percent"], jobs[42]["util_percent"]) == (100.0, 0.0)
         code, out, _ = run("node", "top")
-        assert code == 0 and "(emulated)" in out and "gctl-41-0" in out
+        assert code == 0 and "(emulated)" in out and "-41-0" in out
     finally:
         for cid in (a, b):
             engine.remove(cid)
@@ -349,7 +353,7 @@ def test_real_gpus_are_requested_by_uuid(host_store: db.Store, pool: Pool) -> No
     real = dataclasses.replace(spec, emulated=False)
     with pytest.raises(HostError, match="nvidia") as refused:
         engine.start(real)
-    assert str(refused.value).startswith("h1: start gctl-61-0:")
+    assert str(refused.value).startswith(f"h1: start {spec.name}:")
     assert 'device driver "nvidia"' in str(refused.value)  # the request reached the engine
     assert 61 not in {c.job_id for c in engine.owned()}  # and nothing was left behind
 
@@ -396,21 +400,26 @@ def test_starting_the_same_run_twice_starts_one_container(host_store: db.Store, 
     engine.remove(made["Id"])
 
 
-def test_a_fresh_start_empties_the_job_directory_and_a_restart_keeps_it(
-    host_store: db.Store, pool: Pool, hosts: dict[str, Any]
+def test_each_attempt_gets_a_directory_of_its_own_seeded_from_the_one_before(
+    host_store: db.Store, pool: Pool
 ) -> None:
+    """Made over SSH by the host agent, as the daemon does before every start."""
     engine, root = _engine(host_store, pool, "h1")
     look = (
-        "import os; found = sorted(os.listdir('/gctl')); open('/gctl/seen', 'w').write(str(found))"
+        "import os; found = sorted(os.listdir('/gctl'));"
+        " open('/gctl/seen', 'w').write(str(found)); open('/gctl/mine', 'w').write('x')"
     )
-    done = ("python3", "-c", look)
-    for fresh, expected in ((False, "['old']"), (True, "[]")):
-        spec = _spec("h1", root, 83, (0,), *done, fresh=fresh)
-        pool.run_ok(
-            engine.target, ["sh", "-c", 'mkdir -p "$1" && : > "$1/old"', "-", spec.job_dir], "seed"
+    base = f"{root}/84"
+    seen = []
+    for attempt in (0, 1):
+        assert jobfiles.prepare(pool, engine.target, base, attempt) is None  # no checkpoint
+        spec = dataclasses.replace(
+            _spec("h1", root, 84, (0,), "python3", "-c", look),
+            attempt=attempt,
+            job_dir=f"{base}/a{attempt}",
         )
         cid = engine.start(spec)
         assert engine.wait(cid, timeout=30) == 0
         engine.remove(cid)
-        seen = pool.run_ok(engine.target, ["cat", f"{spec.job_dir}/seen"], "read").stdout
-        assert seen.decode() == expected  # what the job found in /gctl
+        seen.append(pool.run_ok(engine.target, ["cat", f"{base}/a{attempt}/seen"], "read").text)
+    assert seen == ["[]", "['mine', 'seen']"]  # the first starts empty, the next gets its files

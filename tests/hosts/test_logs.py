@@ -21,7 +21,9 @@ import testhosts
 from clikit import run
 from daemonkit import Running
 
+from gctl.hosts.engine import container_name
 from gctl.services import db, jobs, logs, specs
+from gctl.store.identity import store_id
 
 pytestmark = pytest.mark.usefixtures("clean_hosts")
 
@@ -70,6 +72,10 @@ def _node_of(store: db.Store, job_id: int) -> str:
     return jobs.show_job(store, job_id).allocations[0][0]
 
 
+def _name(store: db.Store, job: int) -> str:
+    return container_name(store_id(store.engine), job, 0)
+
+
 def test_tail_of_a_running_job(host_store: db.Store, daemon: Running) -> None:
     job = _submit(host_store, "--steps", "100000", "--step-time", "0.05")
     _wait("job running", lambda: _state(host_store, job) == "RUNNING")
@@ -95,7 +101,7 @@ def test_tail_of_a_running_job(host_store: db.Store, daemon: Running) -> None:
     doc = json.loads(out)
     node = _node_of(host_store, job)
     assert (doc["job_id"], doc["node"], doc["nodes"]) == (job, node, [node])
-    assert doc["container"] == f"gctl-{job}-0" and len(doc["lines"]) == 2
+    assert doc["container"] == _name(host_store, job) and len(doc["lines"]) == 2
     assert all(re.fullmatch(r"step \d+/100000", line) for line in doc["lines"])
     tail = logs.tail(host_store, job, 5)  # what the dashboard's job detail shows
     assert tail.source.node == node and len(tail.lines) == 5
@@ -150,7 +156,10 @@ def test_node_away_then_container_gone(host_store: db.Store, daemon: Running) ->
     assert (code, out) == (1, "")
     assert err.startswith(f"gctl: error: job {job}'s output: {node}: cannot reach ")
     assert err.count("\n") == 1
-    _docker(node, "rm", "-f", f"gctl-{job}-0")
+    _docker(node, "rm", "-f", _name(host_store, job))
     code, out, err = run("logs", str(job))
     assert (code, out) == (1, "")
-    assert err == f"gctl: error: job {job}: its container gctl-{job}-0 is gone from {node}\n"
+    assert (
+        err
+        == f"gctl: error: job {job}: its container {_name(host_store, job)} is gone from {node}\n"
+    )

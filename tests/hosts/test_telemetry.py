@@ -52,9 +52,8 @@ def test_measured_use_is_split_among_the_jobs_on_each_gpu(tmp_path: Path) -> Non
     _proc(tmp_path, 202, CID_B)
     _proc(tmp_path, 203, CID_B)
     doc = gpu_probe.telemetry(nvml, proc_root=str(tmp_path))
-    node = Host(
-        Target("h1", "x"), None, False, (HostGpu(0, "V100", 16384), HostGpu(1, "V100", 16384))
-    )
+    gpus = (HostGpu(0, "V100", 16384), HostGpu(1, "V100", 16384))
+    node = Host(Target("h1", "x"), None, False, gpus, "s1")
     got = attribute_measured(node, [_container(CID_A, 1, "0"), _container(CID_B, 2, "0,1")], doc)
     assert got.source == "nvml" and got.error is None
     assert [(g.util_percent, g.memory_used_mb, g.jobs) for g in got.gpus] == [
@@ -81,12 +80,8 @@ def test_cpuset_is_the_cpus_near_all_the_gpus() -> None:
 
 
 def test_emulated_use_is_what_the_jobs_declare_capped_at_one_gpu() -> None:
-    node = Host(
-        Target("h1", "x"),
-        None,
-        True,
-        (HostGpu(0, "V100", 16384), HostGpu(1, "V100", 16384), HostGpu(2, "V100", 16384)),
-    )
+    gpus = (HostGpu(0, "V100", 16384), HostGpu(1, "V100", 16384), HostGpu(2, "V100", 16384))
+    node = Host(Target("h1", "x"), None, True, gpus, "s1")
     light = [_container("a", 1, "0", util="20"), _container("b", 2, "0", util="30")]
     heavy = [_container("c", 3, "1", util="80"), _container("d", 4, "1")]  # undeclared: 100
     frozen = [_container("e", 5, "2", util="90", paused=True)]

@@ -51,7 +51,7 @@ def env() -> dict[str, Any]:
     """The description of the existing hosts.
 
     ``{"dir", "key", "image", "hosts": [{"name", "host", "port", "user", "docker_host",
-    "work_dir", "fingerprint", "ssh_running", "docker_running"}, ...]}``.
+    "work_dir", "fingerprint", "ssh_running", "docker_running", "frozen"}, ...]}``.
     """
     return _last_json(_run(["env"], OTHER_TIMEOUT_S), "testhosts.sh env")
 
@@ -74,6 +74,26 @@ def ssh_start(name: str) -> None:
 def rekey(name: str) -> None:
     """Give host ``name`` a new host key and restart its sshd."""
     _run(["rekey", name], OTHER_TIMEOUT_S)
+
+
+def freeze(name: str) -> None:
+    """SIGSTOP host ``name``'s sshd and its sessions: the host hangs (its jobs run on)."""
+    _run(["freeze", name], OTHER_TIMEOUT_S)
+
+
+def thaw(name: str) -> None:
+    """SIGCONT what :func:`freeze` stopped."""
+    _run(["thaw", name], OTHER_TIMEOUT_S)
+
+
+def engine_stop(name: str) -> None:
+    """Stop host ``name``'s dockerd as a service stop would: its containers get SIGTERM."""
+    _run(["engine-stop", name], OTHER_TIMEOUT_S)
+
+
+def engine_start(name: str) -> None:
+    """Start host ``name``'s dockerd again (waits until it answers)."""
+    _run(["engine-start", name], OTHER_TIMEOUT_S)
 
 
 def host_key_line(info: dict[str, Any], name: str) -> str:

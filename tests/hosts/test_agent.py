@@ -1,0 +1,147 @@
+"""The host agent run here, as a host's python3 runs it: observations, attempt dirs, the watchdog.
+
+No SSH or Docker: the agent is a plain program, and its ``docker`` is a
+stand-in script that lists two containers and logs what it is asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gctl.hosts import agent
+
+AGENT = agent.__file__
+
+
+def _run(mode: str, request: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, AGENT, mode],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    doc = json.loads(out.stdout)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _docker(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in ``docker``: ``ps`` lists c1 and c2, every call is logged."""
+    log = tmp_path / "docker.log"
+    script = tmp_path / "docker"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        'if [ "$1" = ps ]; then echo c1; echo c2; else shift; echo "$@"; fi\n'
+    )
+    script.chmod(0o755)
+    return script, log
+
+
+def test_observe_reads_reports_and_tells_when_the_host_booted(tmp_path: Path) -> None:
+    done = tmp_path / "a0"
+    done.mkdir()
+    (done / "progress.json").write_text(json.dumps({"step": 5, "steps": 5, "done": True}))
+    (done / "checkpoint.json").write_text(json.dumps({"step": 4, "time": 12.5, "state": {}}))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "progress.json").write_text("{not json")
+    got = _run("observe", {"dirs": [str(done), str(tmp_path / "broken"), "/nonexistent"]})
+    reports = got["reports"]
+    assert reports[str(done)]["progress"]["done"] is True
+    assert reports[str(done)]["checkpoint"] == {"step": 4, "time": 12.5}
+    assert reports[str(tmp_path / "broken")] == {} and reports["/nonexistent"] == {}
+    assert 0 < got["boot_time"] < time.time()
+    assert got["watchdog_started"] is None  # no lease asked for
+
+
+def test_prepare_seeds_a_new_attempt_from_the_newest_earlier_one_and_keeps_two(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / "jobs" / "7"
+    first = _run("prepare", {"base": str(base), "attempt": 0})
+    assert first == {"dir": str(base / "a0"), "seeded_from": None, "checkpoint_time": None}
+    (base / "a0" / "checkpoint.json").write_text(json.dumps({"step": 3, "time": 30.0}))
+    second = _run("prepare", {"base": str(base), "attempt": 1})
+    assert (second["seeded_from"], second["checkpoint_time"]) == (0, 30.0)
+    (base / "a1" / "checkpoint.json").write_text(json.dumps({"step": 9, "time": 90.0}))
+    # a stale run of attempt 0 writing now cannot touch attempt 1's checkpoint
+    (base / "a0" / "checkpoint.json").write_text(json.dumps({"step": 4, "time": 40.0}))
+    again = _run("prepare", {"base": str(base), "attempt": 1})  # a start tried again
+    assert (again["seeded_from"], again["checkpoint_time"]) == (None, 90.0)
+    _run("prepare", {"base": str(base), "attempt": 3})
+    _run("prepare", {"base": str(base), "attempt": 4})
+    assert sorted(os.listdir(base)) == ["a1", "a3", "a4"]  # two before the newest are kept
+    latest = json.loads((base / "a4" / "checkpoint.json").read_text())
+    assert latest["step"] == 9
+
+
+def _lease(agent_dir: Path, timeout: float, docker: Path) -> dict[str, Any]:
+    return {"dir": str(agent_dir), "store": "s1", "timeout": timeout, "docker": [str(docker)]}
+
+
+def _kills(log: Path) -> list[str]:
+    if not log.exists():
+        return []
+    return [line for line in log.read_text().splitlines() if line.startswith("kill")]
+
+
+def _wait_for(check: Any, within: float) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)
+
+
+def test_the_watchdog_kills_the_stores_containers_once_its_lease_runs_out(
+    tmp_path: Path,
+) -> None:
+    docker, log = _docker(tmp_path)
+    agent_dir = tmp_path / "agent"
+    got = _run("observe", {"lease": _lease(agent_dir, 1.0, docker)})
+    pid = got["watchdog_started"]
+    assert isinstance(pid, int)
+    try:
+        again = _run("observe", {"lease": _lease(agent_dir, 1.0, docker)})
+        assert again["watchdog_started"] is None  # one watchdog per store and host
+        for _ in range(6):  # renewed: nothing happens
+            time.sleep(0.3)
+            _run("observe", {"lease": _lease(agent_dir, 1.0, docker)})
+        assert _kills(log) == []
+        _wait_for(lambda: _kills(log), within=5)  # not renewed: killed
+        assert _kills(log)[0] == "kill c1 c2"
+        assert "unpause c1 c2" in log.read_text()  # a frozen container cannot be killed
+        assert (agent_dir / "watchdog.log").read_text().count("lease expired") >= 1
+        _run("standdown", {"dir": str(agent_dir)})
+        time.sleep(0.5)
+        count = len(_kills(log))
+        time.sleep(2.0)
+        assert len(_kills(log)) == count  # the daemon stopped on purpose: jobs keep running
+        assert agent_dir.stat().st_mode & 0o077 == 0  # the store's own, whatever the umask
+    finally:
+        os.kill(pid, signal.SIGTERM)
+
+
+def test_the_watchdog_leaves_when_its_store_directory_goes(tmp_path: Path) -> None:
+    docker, _ = _docker(tmp_path)
+    agent_dir = tmp_path / "agent"
+    pid = _run("observe", {"lease": _lease(agent_dir, 60.0, docker)})["watchdog_started"]
+    for name in os.listdir(agent_dir):
+        os.unlink(agent_dir / name)
+    agent_dir.rmdir()
+    _wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), within=5)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except OSError:
+        return True
