@@ -362,9 +362,7 @@ def bench_freeze_thaw(store: db.Store, args: argparse.Namespace) -> None:
     )
 
 
-def _starts(
-    info: dict[str, Any], store: db.Store, node: str, job_id: int
-) -> list[tuple[int, int]]:
+def _starts(info: dict[str, Any], store: db.Store, node: str, job_id: int) -> list[tuple[int, int]]:
     """``(attempt, step resumed at)`` of every start of the job on ``node`` (its starts.log)."""
     text = job_file(info, store, node, job_id, "starts.log")
     return [(int(a), int(s)) for a, s in (line.split() for line in text.splitlines())]
