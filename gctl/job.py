@@ -172,6 +172,12 @@ class Run:
 
 
 def start(*, listen: bool = True) -> Run:
-    """The run of this container, from the ``GCTL_*`` environment; signals taken if asked."""
+    """The run of this container, from the ``GCTL_*`` environment; signals taken if asked.
+
+    A first run writes a progress report at once, so gctl knows the job uses
+    the SDK even if it is stopped before its first step.
+    """
     run = Run()
+    if not (run.dir / PROGRESS_FILE).exists():
+        _write_json(run.dir / PROGRESS_FILE, {"time": time.time(), "sdk": SDK_VERSION}, sync=False)
     return run.listen() if listen else run

@@ -58,6 +58,29 @@ def test_progress_is_throttled_unless_forced(tmp_path: Path) -> None:
     assert (got["step"], got["steps"], got["sdk"]) == (3, 10, job.SDK_VERSION) and got["rate"] > 0
 
 
+def test_only_the_final_report_says_the_work_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_signals: None
+) -> None:
+    """gctl records an exit 0 as COMPLETED only after it (issue 17)."""
+    monkeypatch.setenv("GCTL_JOB_DIR", str(tmp_path / "j"))
+    progress = tmp_path / "j" / job.PROGRESS_FILE
+    run = job.start()  # a first run says at once that it uses the SDK
+    first = json.loads(progress.read_text())
+    assert first["sdk"] == job.SDK_VERSION and "done" not in first
+    run.step(3, 10, force=True)
+    assert "done" not in json.loads(progress.read_text())
+    run.step(10, 10)  # the last step: reported whatever the throttle, as done
+    last = json.loads(progress.read_text())
+    assert (last["step"], last["done"]) == (10, True)
+    run.step(4, None, force=True)
+    assert "done" not in json.loads(progress.read_text())
+    run.finish()  # without a step: the last report's, kept
+    final = json.loads(progress.read_text())
+    assert (final["step"], final["done"], final["sdk"]) == (4, True, job.SDK_VERSION)
+    job.start(listen=False)  # a restart keeps the report it finds
+    assert json.loads(progress.read_text()) == final
+
+
 def test_signals_ask_for_checkpoints_at_batch_boundaries(
     tmp_path: Path, restore_signals: None
 ) -> None:

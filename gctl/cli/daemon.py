@@ -93,7 +93,9 @@ def daemon(
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("paramiko").setLevel(logging.WARNING)
+    # paramiko logs its own tracebacks for a host that does not answer (a banner
+    # timeout); the daemon reports each such host in one line, and -v shows more.
+    logging.getLogger("paramiko").setLevel(logging.WARNING if verbose else logging.CRITICAL)
     counters = daemon_metrics.DaemonMetrics(st)
     server = None
     if metrics:

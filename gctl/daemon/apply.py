@@ -4,7 +4,11 @@ A decision is carried out on the hosts first and recorded in the store
 after, so the store never claims a container that was not started; what a
 host refuses becomes the job's reason. Checkpoint moves are recorded first
 and then carried through (:mod:`gctl.daemon.moves`), so a restart finishes
-them.
+them. Nothing here makes the daemon's tick wait on a host for long: moves
+and thaws run in the background, placements still starting after
+:data:`APPLY_WITHIN` seconds finish there, and a decision touching a job,
+GPU or node with work in flight (:mod:`gctl.daemon.inflight`), or a node
+that does not answer, waits for a later pass.
 
 - ``Place``: a container per node the job spans, on exactly the chosen GPUs.
 - ``Queue``: the reason the job waits.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -354,7 +359,10 @@ class Applier:
         """Record how each placed job now shares its GPUs (exclusive, packed, time-sliced).
 
         Placing a job into a group changes the mode of the jobs already there.
-        Jobs whose decisions waited keep their stored mode.
+        The core's mode is written only where the store agrees on who holds
+        the GPUs: a decision that waited or failed may leave the core with a
+        job alone on GPUs the store still has shared (or the reverse), and
+        such a GPU keeps a mode that says shared as long as it is held twice.
         """
         state = self.snap.state
         with gc_paused(), transaction(self.site.store.engine, write=True) as s:
@@ -364,12 +372,19 @@ class Applier:
                 if js.gpus and j in self.snap.job_ids and j not in self._deferred_jobs
             }
             conn = s.connection()
-            found = conn.execute(select(AllocationRow.id, AllocationRow.job_id, AllocationRow.mode))
-            changed = [
-                {"row_id": a, "new_mode": want[j]}
-                for a, j, mode in found
-                if want.get(j, mode) != mode
-            ]
+            found = conn.execute(
+                select(
+                    AllocationRow.id, AllocationRow.job_id, AllocationRow.gpu_id, AllocationRow.mode
+                )
+            ).all()
+            holders = Counter(gpu for _, _, gpu, _ in found)
+            changed = []
+            for row_id, job, gpu, mode in found:
+                new = want.get(job, mode)
+                if (new == "exclusive") != (holders[gpu] == 1):
+                    continue  # the core and the store disagree on this GPU: leave it
+                if new != mode:
+                    changed.append({"row_id": row_id, "new_mode": new})
             _executemany(conn, _SET_MODE, changed)
 
     def _mode(self, job_id: str) -> str:

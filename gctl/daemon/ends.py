@@ -161,15 +161,18 @@ def settle(site: Site, latest: Mapping[str, Observation], inflight: Inflight) ->
         if {n for n, _ in found} != names or any(c.exit_code is None for _, c in found):
             continue
         home = latest[min(names)]
-        report = home.reports.get(job_id)
-        sdk = mechanism == MECHANISM_CHECKPOINT or (report is not None and report.uses_sdk)
+        if home.attempts.get(job_id) != attempt:
+            continue  # its report of this attempt is read by the next look at its node
+        report = home.reports[job_id]
+        sdk = mechanism == MECHANISM_CHECKPOINT or report.uses_sdk
         ending = judge(
             [c for _, c in found], report, sdk=sdk, boot=home.boot_time, engine=home.engine_start
         )
         endings[job_id] = (attempt, ending, found)
     if not endings:
         return []
-    done = _record(site, endings, report_steps(latest, endings))
+    steps = {j: latest[min(nodes_of[j])].reports[j].checkpoint_step for j in endings}
+    done = _record(site, endings, steps)
     for job_id in done:
         found = endings[job_id][2]
         nodes = {n for n, _ in found}
@@ -180,18 +183,6 @@ def settle(site: Site, latest: Mapping[str, Observation], inflight: Inflight) ->
             nodes=nodes,
         )
     return done
-
-
-def report_steps(
-    latest: Mapping[str, Observation], endings: Mapping[int, object]
-) -> dict[int, int | None]:
-    """The checkpoint step each ended job's report shows (None: no checkpoint)."""
-    out: dict[int, int | None] = {}
-    for o in latest.values():
-        for job_id, report in o.reports.items():
-            if job_id in endings:
-                out[job_id] = report.checkpoint_step
-    return out
 
 
 def _record(

@@ -47,8 +47,12 @@ class Report:
 
     @property
     def uses_sdk(self) -> bool:
-        """Whether the job reports through the job SDK (and so checkpoints when asked)."""
-        return bool(self.progress and self.progress.get("sdk"))
+        """Whether the job uses the job SDK (and so checkpoints when asked).
+
+        Its progress report says so, and so does any checkpoint: only the SDK
+        writes one.
+        """
+        return bool(self.progress and self.progress.get("sdk")) or self.checkpoint_time is not None
 
     @property
     def finished(self) -> bool:

@@ -10,8 +10,10 @@ with a pending operation before anything is decided):
 1. :func:`begin`, one transaction: the operation is written on the job
    (``JobRow.op``: kind, source and target GPUs, the attempt being
    replaced) and its allocations are switched to the target GPUs (none for
-   requeue and suspend, its own for slice), so nothing else is placed there
-   meanwhile.
+   requeue and suspend; a slice keeps its own as they are), so nothing else
+   is placed there meanwhile. Target GPUs another job still holds are marked
+   shared whatever mode the pass meant (:func:`gctl.daemon.site.share_gpus`):
+   the decisions that would have left the job alone there may be waiting.
 2. :func:`finish`: unless the next attempt already runs on the target (a
    restart caught after starting it), the old attempt's containers get
    SIGTERM (the job SDK checkpoints and exits) and are removed; the old
@@ -36,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.model import GpuRef
@@ -87,8 +89,11 @@ def begin(
         "at": now(),
     }
     row.reason = reason
-    s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
-    if dst:
+    if kind == "slice":  # it keeps its GPUs and their mode; it goes to the end of the turns
+        s.execute(update(AllocationRow).where(AllocationRow.job_id == row.id).values(since=now()))
+    else:
+        s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
+    if dst and kind != "slice":
         ids = _gpu_ids(s, dst)
         at = now()
         s.add_all(AllocationRow(job_id=row.id, gpu_id=i, mode=mode, since=at) for i in ids)

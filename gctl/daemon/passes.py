@@ -38,7 +38,7 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
     as checkpointable. A job that does not use the SDK reports nothing, so
     its GPU utilisation stands in for its progress rate (:func:`progress_rate`).
     """
-    reports = {j: r for o in seen if o.full for j, r in o.reports.items()}
+    reports = {(j, o.attempts[j]): r for o in seen if o.full for j, r in o.reports.items()}
     if not reports:
         return
     jobs_on: dict[int, tuple[float, int]] = {}
@@ -52,12 +52,16 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
     at = max(o.began for o in seen)
     with transaction(site.store.engine, write=True) as s:
         rows = s.execute(
-            select(JobRow.id, JobRow.mechanism).where(
-                JobRow.id.in_(sorted(reports)), JobRow.state == "RUNNING", JobRow.op.is_(None)
+            select(JobRow.id, JobRow.attempt, JobRow.mechanism).where(
+                JobRow.id.in_(sorted({j for j, _ in reports})),
+                JobRow.state == "RUNNING",
+                JobRow.op.is_(None),
             )
         ).all()
-        for job_id, mechanism in rows:
-            report = reports[job_id]
+        for job_id, attempt, mechanism in rows:
+            report = reports.get((job_id, attempt))
+            if report is None:  # read from an attempt that is over
+                continue
             util, mem = jobs_on.get(job_id, (0.0, 0))
             rate = progress_rate(report, util, mechanism)
             s.add(

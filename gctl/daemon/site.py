@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
 from gctl.core.model import GpuRef
@@ -270,11 +270,29 @@ def share_gpus(conn: Connection, gpu_ids: Collection[int], mode: str) -> None:
     Written with that placement, in its transaction: otherwise, until the
     pass records every job's mode at its end, the store would show a GPU
     held twice by one holder still marked exclusive (a daemon killed in
-    between would leave it so until its next pass).
+    between would leave it so until its next pass). A placement meant
+    ``exclusive`` that finds others on its GPUs after all (its pass's
+    placements are recorded as they finish, in any order) marks them all
+    time-sliced; the pass's end records the mode the core has for them.
     """
-    if gpu_ids and mode != "exclusive":
+    if not gpu_ids:
+        return
+    ids = sorted(gpu_ids)
+    if mode != "exclusive":
         conn.execute(
             update(AllocationRow)
-            .where(AllocationRow.gpu_id.in_(sorted(gpu_ids)), AllocationRow.mode != mode)
+            .where(AllocationRow.gpu_id.in_(ids), AllocationRow.mode != mode)
             .values(mode=mode)
         )
+        return
+    shared = (
+        select(AllocationRow.gpu_id)
+        .where(AllocationRow.gpu_id.in_(ids))
+        .group_by(AllocationRow.gpu_id)
+        .having(func.count() > 1)
+    )
+    conn.execute(
+        update(AllocationRow)
+        .where(AllocationRow.gpu_id.in_(shared), AllocationRow.mode == "exclusive")
+        .values(mode="time-sliced")
+    )

@@ -10,7 +10,8 @@ at once. Observations run on threads of their own, at most one per node at
 a time; the tick only collects those that ended. An observation that has not
 answered within its deadline marks the node *not responding* right away,
 whatever the SSH timeouts, and the node stays so until an observation
-answers again.
+answers again. A node whose looks keep failing is looked at less and less
+often: the wait doubles from the heartbeat period up to :data:`MAX_RETRY`.
 
 A node that was not responding, or that the daemon has just started
 watching, is *unreconciled*: no decision may act on it until reconcile has
@@ -38,6 +39,8 @@ from gctl.store.models import NodeRow, now
 
 OBSERVERS = 32
 """Threads observing nodes at once."""
+MAX_RETRY = 30.0
+"""Longest wait between two looks at a node that keeps failing them (the back-off's cap)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,8 @@ class Observation:
 
     ``began`` is the store time it began, ``seq`` the node's action count
     then (:meth:`gctl.daemon.inflight.Inflight.seq`). ``reports`` are the
-    job reports read (by job id, of the attempt asked for); ``boot_time`` and
+    job reports read, by job id, each of the attempt ``attempts`` names (the
+    job's current one when the look began); ``boot_time`` and
     ``engine_start`` are when the host booted and its Docker engine started
     (when known).
     """
@@ -69,6 +73,7 @@ class Observation:
     containers: tuple[ContainerState, ...] = ()
     sample: NodeSample | None = None
     reports: Mapping[int, jobfiles.Report] = field(default_factory=dict)
+    attempts: Mapping[int, int] = field(default_factory=dict)
     boot_time: float | None = None
     engine_start: float | None = None
 
@@ -143,8 +148,9 @@ def _look(
     if full:
         host = hostops.host(row, site.store_id)
         sample = telemetry.sample_of(site.pool, host, list(containers))
+    attempts = {j.job_id: j.attempt for j in asked}
     return Observation(
-        row.name, began, seq, full, None, tuple(containers), sample, reports, boot, engine
+        row.name, began, seq, full, None, tuple(containers), sample, reports, attempts, boot, engine
     )
 
 
@@ -190,6 +196,7 @@ class Watch:
         self._known: set[str] = set()
         self._running: dict[str, _Running] = {}
         self._next_full: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=OBSERVERS, thread_name_prefix="gctl-watch")
 
     @property
@@ -214,10 +221,12 @@ class Watch:
                 continue
             full = mono >= self._next_full.get(name, 0.0)
             here = jobs.get(name, [])
-            if not full and not here:
+            if not full and (not here or name in self._failures):
                 continue
             if full:
-                self._next_full[name] = mono + self.heartbeat_every
+                failed = self._failures.get(name, 0)
+                wait = min(MAX_RETRY, self.heartbeat_every * 2 ** max(0, failed - 1))
+                self._next_full[name] = mono + (wait if failed else self.heartbeat_every)
             future = self._pool.submit(
                 observe,
                 self.site,
@@ -240,6 +249,7 @@ class Watch:
             got = running.future.result()
             out.append(got)
             if got.error is None:
+                self._failures.pop(name, None)
                 if name in self.not_responding:
                     self.not_responding.discard(name)
                     self.unreconciled.add(name)  # back: reconciled before new work
@@ -248,6 +258,7 @@ class Watch:
                     self.samples[name] = got.sample
             else:
                 self.not_responding.add(name)
+                self._failures[name] = self._failures.get(name, 0) + 1
         return out
 
     def overdue(self) -> dict[str, float]:

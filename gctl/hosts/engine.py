@@ -289,7 +289,8 @@ class Engine:
             raise HostError(self.node, f"{what}: {exc.explanation or 'not found'}") from exc
         except docker.errors.APIError as exc:
             why = f"{what}: {exc.explanation or exc}"
-            raise HostError(self.node, " ".join(why.split()), permanent=_refused(exc)) from exc
+            permanent = refused_for_good(exc)
+            raise HostError(self.node, " ".join(why.split()), permanent=permanent) from exc
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             # The next call dials afresh: the SSH connection under these channels may be gone.
             self._adapter.renew(_ChannelPool(self, self._timeout, self._max_channels))
@@ -413,14 +414,18 @@ class Engine:
         self._adapter.close()
 
 
+_PROCESS_FAILED = "unable to start container process"
+"""How the OCI runtime begins when the container's command itself cannot start."""
 _NEVER_RUNS = ("executable file not found", "no such file or directory", "permission denied")
-"""What the OCI runtime says when a container's command can never start."""
+"""Why such a command can never start (the engine's own errors may say the same words)."""
 
 
-def _refused(exc: docker.errors.APIError) -> bool:
+def refused_for_good(exc: docker.errors.APIError) -> bool:
     """Whether the engine refused for good: a bad spec (400) or a command that cannot run."""
     text = str(exc.explanation or "").lower()
-    return exc.status_code == 400 or any(t in text for t in _NEVER_RUNS)
+    if exc.status_code == 400:
+        return True
+    return _PROCESS_FAILED in text and any(t in text for t in _NEVER_RUNS)
 
 
 def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:

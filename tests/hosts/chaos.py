@@ -196,8 +196,10 @@ class _Monitor:
             done = set(s.scalars(select(JobRow.id).where(JobRow.state == "COMPLETED")))
         for job in sorted(done - self._judged):
             self._judged.add(job)
-            dirs = self.hosts.attempt_dirs(job)
-            newest = _progress(dirs[-1][1]) if dirs else {}
+            # A start that failed leaves a directory that never ran: the one that ran
+            # last has the newest report.
+            reports = [_progress(path) for _, path in self.hosts.attempt_dirs(job)]
+            newest = max(reports, key=lambda p: p.get("time") or 0.0, default={})
             if newest.get("step") != STEPS and not newest.get("done"):
                 self._violation(f"job {job} COMPLETED at step {newest.get('step')} of {STEPS}")
 
@@ -210,14 +212,16 @@ def _check_gpus(store: db.Store, violation: Callable[[str], None]) -> None:
     """Every allocation belongs to a job on GPUs; a GPU held twice is time-sliced or packed."""
     with transaction(store.engine, write=False) as s:
         rows = s.execute(
-            select(AllocationRow.gpu_id, AllocationRow.mode, JobRow.state).join(JobRow)
+            select(AllocationRow.gpu_id, AllocationRow.mode, JobRow.id, JobRow.state).join(JobRow)
         ).all()
-    holders = Counter(gpu for gpu, _, _ in rows)
-    for gpu, mode, state in rows:
+    holders: dict[int, list[str]] = {}
+    for gpu, mode, job, state in rows:
+        holders.setdefault(gpu, []).append(f"job {job} {state} {mode}")
         if state not in ("RUNNING", "SUSPENDED"):
-            violation(f"GPU {gpu} held by a job {state}")
-        if holders[gpu] > 1 and mode not in ("time-sliced", "packed"):
-            violation(f"GPU {gpu} held by {holders[gpu]} jobs, mode {mode}")
+            violation(f"GPU {gpu} held by job {job}, {state}")
+    for gpu, mode, _, _ in rows:
+        if len(holders[gpu]) > 1 and mode not in ("time-sliced", "packed"):
+            violation(f"GPU {gpu} held by {', '.join(holders[gpu])}")
 
 
 def _check_checkpoints(hosts: _Hosts, job: int, violation: Callable[[str], None]) -> None:

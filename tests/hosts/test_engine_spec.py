@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from gctl.hosts.engine import ContainerSpec, host_config
+import docker.errors
+import requests
+
+from gctl.hosts.engine import ContainerSpec, host_config, refused_for_good
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import command_line
 
@@ -47,3 +50,26 @@ def test_emulated_gpus_request_no_device_but_get_the_same_env_and_labels() -> No
 def test_remote_command_lines_quote_every_argument() -> None:
     line = command_line(["printf", "%s", "$(id)", "a b", "it's", ""])
     assert line == "printf %s '$(id)' 'a b' 'it'\"'\"'s' ''"
+
+
+def _api_error(status: int, explanation: str) -> docker.errors.APIError:
+    response = requests.Response()
+    response.status_code = status
+    return docker.errors.APIError("engine error", response=response, explanation=explanation)
+
+
+def test_a_start_refused_for_good_is_told_from_a_passing_engine_error() -> None:
+    """A job whose command cannot run is held; an engine's own hiccup is only tried again."""
+    never = (
+        "failed to create shim task: OCI runtime create failed: runc create failed: unable to"
+        ' start container process: exec: "/no/such/program": stat /no/such/program: no such'
+        " file or directory: unknown"
+    )
+    passing = (
+        "failed to update store for object type *libnetwork.endpoint: open : no such file or"
+        " directory"  # seen right after an engine restart
+    )
+    assert refused_for_good(_api_error(500, never))
+    assert not refused_for_good(_api_error(500, passing))
+    assert refused_for_good(_api_error(400, "invalid mount config"))
+    assert not refused_for_good(_api_error(500, "context deadline exceeded"))

@@ -284,3 +284,36 @@ def test_a_placement_onto_a_shared_set_marks_the_set_shared_in_the_same_write(
         Applier(site, snap, lambda kind, seconds: None, Inflight()).apply(decide)  # no sync_modes
     with transaction(store.engine, write=False) as s:
         assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)
+
+
+class SlowSite(QuietSite):
+    """A site whose start of ``slow`` jobs takes a while: other starts are recorded first."""
+
+    def __init__(self, store: db.Store, pool: Pool, mirror: Path, slow: Iterable[int]):
+        super().__init__(store, pool, mirror)
+        self.slow = set(slow)
+
+    def launch(self, job: Launch, refs: Iterable[GpuRef], nodes: Mapping[str, NodeRow]) -> None:
+        """Start nothing, slowly for a ``slow`` job."""
+        if job.id in self.slow:
+            time.sleep(3 * apply.RECORD_EVERY)
+        super().launch(job, refs, nodes)
+
+
+def test_placements_recorded_out_of_order_never_leave_a_shared_gpu_exclusive(
+    store: db.Store, tmp_path: Path
+) -> None:
+    """A pass's starts are recorded as they finish, in any order (found by bench/chaos.py)."""
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    snap = read(store.engine, now=time.time())
+    decide: list[Decision] = [
+        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Place(str(b), (("a1", 0),), ShareMode.TIMESLICED, "time-slicing with 1 job(s) on a1"),
+    ]
+    with Pool() as pool:
+        site = SlowSite(store, pool, tmp_path / "mirror", slow=[a])
+        applied = Applier(site, snap, lambda kind, seconds: None, Inflight()).apply(decide)
+    assert applied.done == decide[::-1]  # b was recorded first
+    with transaction(store.engine, write=False) as s:  # no sync_modes: as a kill -9 leaves it
+        assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)
