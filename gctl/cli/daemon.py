@@ -15,6 +15,18 @@ from gctl.cli import render
 from gctl.cli.context import store
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options
+from gctl.textsafe import inert
+
+
+class _InertFormatter(logging.Formatter):
+    """Log lines whose message, which names jobs, nodes and hosts, is made inert (one line each).
+
+    A traceback logged with it keeps its lines: it is the code's, not a user's.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The line for ``record``, its text escaped as :func:`gctl.textsafe.inert` does."""
+        return inert(super().formatMessage(record))
 
 
 def daemon(
@@ -88,10 +100,10 @@ def daemon(
         raise UsageError(str(exc)) from None
     chosen = load_policy(policy, **parse_options(option or []))
     st = store(ctx)
+    log = logging.StreamHandler(sys.stderr)
+    log.setFormatter(_InertFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
+        level=logging.INFO if verbose else logging.WARNING, handlers=[log], force=True
     )
     # paramiko logs its own tracebacks for a host that does not answer (a banner
     # timeout); the daemon reports each such host in one line, and -v shows more.

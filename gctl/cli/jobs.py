@@ -90,7 +90,8 @@ def submit(
     if json_out:
         render.emit_json({"job_ids": ids})
     elif parsable:
-        render.message("\n".join(map(str, ids)))
+        for job_id in ids:
+            render.message(str(job_id))
     elif len(ids) == 1:
         render.message(f"Submitted job {ids[0]}")
     else:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gctl.textsafe import inert
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -70,13 +72,23 @@ def stderr() -> Console:
 
 
 def _plain_table(*headers: str) -> Table:
-    """A borderless table with these column headers, for commands' listings."""
+    """A borderless table with these column headers, for listings; rows go in by :func:`_row`."""
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
     for header in headers:
         table.add_column(header)
     return table
+
+
+def _row(table: Table, *cells: str) -> None:
+    """Add a row of text cells, user text in them made inert."""
+    table.add_row(*map(inert, cells))
+
+
+def _show(table: Table) -> None:
+    """Print a table to stdout; its cells are plain text, never rich markup."""
+    stdout().print(table, markup=False)
 
 
 def emit_json(doc: Any) -> None:
@@ -118,13 +130,17 @@ def raw(chunks: Iterable[bytes]) -> None:
 
 def status(message: str) -> None:
     """A line about what a long-running command is doing, on stderr (stdout stays for data)."""
-    print(message, file=sys.stderr, flush=True)
+    print(inert(message), file=sys.stderr, flush=True)
 
 
 def error(message: str) -> None:
-    """One-line error on stderr, never wrapped to the terminal width so scripts can grep it."""
+    """One-line error on stderr, never wrapped to the terminal width so scripts can grep it.
+
+    Line breaks become spaces; any other control character in it (a name
+    the user gave, a host's answer) is shown escaped.
+    """
     one_line = " ".join(message.split())
-    print(f"gctl: error: {one_line}", file=sys.stderr)
+    print(f"gctl: error: {inert(one_line)}", file=sys.stderr)
 
 
 def fmt_duration(seconds: float) -> str:
@@ -153,16 +169,16 @@ def _change(value: float | None) -> str:
 def sim_report(report: SimReport) -> None:
     """Policies side by side, with the relative change of the first against the second."""
     from rich.table import Table
+    from rich.text import Text
 
-    out = stdout()
     results = report.results
     title = f"{report.trace} on {report.cluster} ({report.total_gpus} GPUs), {report.jobs} jobs"
-    table = Table(title=title)
+    table = Table(title=Text(inert(title)))
     table.add_column("metric")
     for r in results:
-        table.add_column(r.policy, justify="right")
+        table.add_column(inert(r.policy), justify="right")
     if report.changes is not None:
-        table.add_column(f"{results[0].policy} vs {results[1].policy}", justify="right")
+        table.add_column(inert(f"{results[0].policy} vs {results[1].policy}"), justify="right")
     for key, label, kind in _ROWS:
         row = [label] + [_fmt(float(getattr(r.metrics, key)), kind) for r in results]
         if report.changes is not None:
@@ -181,18 +197,18 @@ def sim_report(report: SimReport) -> None:
         *[f"{r.wall_seconds:.1f}s" for r in results],
         *([""] if report.changes is not None else []),
     )
-    out.print(table)
+    _show(table)
     rejected = results[0].rejected
     if rejected:
-        out.print(
+        message(
             f"{len(rejected)} job(s) need more GPUs than the cluster has and were not run:"
             f" {', '.join(rejected[:10])}{' …' if len(rejected) > 10 else ''}"
         )
 
 
 def message(text: str) -> None:
-    """A short confirmation for people (stdout)."""
-    print(text)
+    """A line for people on stdout, user text in it made inert (every line but tables' and JSON)."""
+    print(inert(text))
 
 
 def _when(at: float | None) -> str:
@@ -205,7 +221,8 @@ def node_table(nodes: list[NodeView]) -> None:
     table = _plain_table("NODE", "STATE", "GPUS", "HEIGHT", "AFF", "GPU KINDS", "HOST")
     for n in nodes:
         emulated = " (emulated)" if n.emulated else ""
-        table.add_row(
+        _row(
+            table,
             n.name,
             n.state_flag,
             f"{n.gpus_used}/{n.gpus_total}",
@@ -214,14 +231,15 @@ def node_table(nodes: list[NodeView]) -> None:
             n.gpu_kinds + emulated,
             f"{n.host}:{n.port}",
         )
-    stdout().print(table, markup=False)
+    _show(table)
 
 
 def probe_table(views: list[ProbeView]) -> None:
     """``gctl node probe``: who answered, with what engine and GPUs, or why not."""
     table = _plain_table("NODE", "STATE", "GPUS", "SOURCE", "DOCKER", "TIME", "ERROR")
     for v in views:
-        table.add_row(
+        _row(
+            table,
             v.node.name,
             v.node.state_flag,
             v.node.gpu_kinds,
@@ -230,7 +248,7 @@ def probe_table(views: list[ProbeView]) -> None:
             f"{v.seconds:.2f}s" if v.responding else "-",
             v.error or "",
         )
-    stdout().print(table, markup=False)
+    _show(table)
 
 
 def top(samples: list[NodeSample]) -> None:
@@ -239,12 +257,13 @@ def top(samples: list[NodeSample]) -> None:
     jobs = _plain_table("JOBID", "NODE", "GPUS", "STATUS", "UTIL", "MEMORY", "CONTAINER")
     for s in samples:
         if s.error:
-            gpus.add_row(s.node, "-", "not responding", "-", "-", s.error)
+            _row(gpus, s.node, "-", "not responding", "-", "-", s.error)
             continue
         for g in s.gpus:
             mark = " (emulated)" if g.emulated else ""
             used = "-" if g.memory_used_mb is None else str(g.memory_used_mb)
-            gpus.add_row(
+            _row(
+                gpus,
                 s.node,
                 str(g.index),
                 g.model + mark,
@@ -254,7 +273,8 @@ def top(samples: list[NodeSample]) -> None:
             )
         for j in s.jobs:
             mark = " (emulated)" if j.emulated else ""
-            jobs.add_row(
+            _row(
+                jobs,
                 str(j.job_id),
                 s.node,
                 ",".join(map(str, j.gpus)),
@@ -263,10 +283,10 @@ def top(samples: list[NodeSample]) -> None:
                 "-" if j.memory_mb is None else f"{j.memory_mb} MiB",
                 j.container,
             )
-    stdout().print(gpus, markup=False)
+    _show(gpus)
     if jobs.row_count:
-        print()
-        stdout().print(jobs, markup=False)
+        message("")
+        _show(jobs)
 
 
 def _percent(value: float | None) -> str:
@@ -276,20 +296,20 @@ def _percent(value: float | None) -> str:
 def defrag_plan(plan: Plan, *, dry_run: bool) -> None:
     """``gctl defrag``: the moves, what they gain, and whether they were handed on."""
     if not plan.moves:
-        print("nothing to defragment")
+        message("nothing to defragment")
         return
     table = _plain_table("JOBID", "FROM", "TO", "WHY")
     for m in plan.moves:
-        table.add_row(str(m.job_id), m.src, m.dst, m.reason)
-    stdout().print(table, markup=False)
-    print(
+        _row(table, str(m.job_id), m.src, m.dst, m.reason)
+    _show(table)
+    message(
         f"whole nodes free: {plan.free_nodes_before} -> {plan.free_nodes_after};"
         f" largest free block: {plan.largest_free_before} -> {plan.largest_free_after} GPUs"
     )
     if dry_run:
-        print("dry run: nothing recorded")
+        message("dry run: nothing recorded")
     else:
-        print(f"{len(plan.moves)} migration(s) recorded for the daemon")
+        message(f"{len(plan.moves)} migration(s) recorded for the daemon")
 
 
 def reasons_table(nodes: list[NodeView]) -> None:
@@ -297,25 +317,28 @@ def reasons_table(nodes: list[NodeView]) -> None:
     table = _plain_table("REASON", "USER", "TIMESTAMP", "STATE", "NODE")
     for n in nodes:
         if n.reason:
-            table.add_row(n.reason, n.reason_user or "-", _when(n.reason_time), n.state, n.name)
-    stdout().print(table, markup=False)
+            _row(table, n.reason, n.reason_user or "-", _when(n.reason_time), n.state, n.name)
+    _show(table)
 
 
 def node_detail(n: NodeView) -> None:
     """``gctl node show``: the node, then its GPUs and the jobs on them."""
-    print(f"NodeName={n.name} State={n.state_flag} Host={n.host}:{n.port} User={n.ssh_user or '-'}")
-    print(f"   GPUs={n.gpus_used}/{n.gpus_total} Height={n.height:.2f} Affinity={n.affinity}")
+    message(
+        f"NodeName={n.name} State={n.state_flag} Host={n.host}:{n.port} User={n.ssh_user or '-'}"
+    )
+    message(f"   GPUs={n.gpus_used}/{n.gpus_total} Height={n.height:.2f} Affinity={n.affinity}")
     if n.reason:
-        print(f"   Reason={n.reason} [{n.reason_user}@{_when(n.reason_time)}]")
-    print(f"   HostKey={n.host_key_fingerprint or '-'} LastSeen={_when(n.last_seen)}")
-    print(f"   DockerHost={n.docker_host or 'default'} WorkDir={n.work_dir}")
+        message(f"   Reason={n.reason} [{n.reason_user}@{_when(n.reason_time)}]")
+    message(f"   HostKey={n.host_key_fingerprint or '-'} LastSeen={_when(n.last_seen)}")
+    message(f"   DockerHost={n.docker_host or 'default'} WorkDir={n.work_dir}")
     if n.last_error:
-        print(f"   LastError={n.last_error}")
+        message(f"   LastError={n.last_error}")
     table = _plain_table("GPU", "MODEL", "MEMORY", "SOCKET", "PCIE", "UUID", "JOBS")
     for g in n.gpus:
         model = g.model + (" (emulated)" if g.emulated else "")
         jobs = ",".join(map(str, g.jobs)) or "-"
-        table.add_row(
+        _row(
+            table,
             str(g.index),
             model,
             f"{g.memory_mb} MiB",
@@ -324,7 +347,7 @@ def node_detail(n: NodeView) -> None:
             g.uuid or "-",
             jobs,
         )
-    stdout().print(table, markup=False)
+    _show(table)
 
 
 QUEUE_FORMAT = "%.8i %.9P %.12j %.10u %.2t %.10M %.4b %R"
@@ -350,23 +373,29 @@ def _reason_or_nodes(state: str, reason: str | None, nodes: tuple[str, ...]) -> 
 
 _Column = Callable[["JobColumns", float], list[str]]
 
+
+def _inert(texts: Iterable[str]) -> list[str]:
+    """A column of stored text made inert (before it is padded or cut to its width)."""
+    return list(map(inert, texts))
+
+
 # One function per field code, each building the whole column at once from
 # the job columns: 100,000 jobs render in a tenth of a second this way.
 _COLUMNS: dict[str, _Column] = {
     "i": lambda jobs, now: list(map(str, jobs.id)),
-    "j": lambda jobs, now: jobs.name,
-    "u": lambda jobs, now: jobs.user,
+    "j": lambda jobs, now: _inert(jobs.name),
+    "u": lambda jobs, now: _inert(jobs.user),
     "t": lambda jobs, now: jobs.code,
-    "T": lambda jobs, now: jobs.state,
+    "T": lambda jobs, now: _inert(jobs.state),
     "M": lambda jobs, now: [
         "0:00" if start is None else _elapsed(start, end or now)
         for start, end in zip(jobs.start_time, jobs.end_time, strict=True)
     ],
     "b": lambda jobs, now: list(map(str, jobs.gpus)),
-    "P": lambda jobs, now: jobs.priority,
-    "N": lambda jobs, now: list(map(",".join, jobs.nodes)),
-    "R": lambda jobs, now: list(map(_reason_or_nodes, jobs.state, jobs.reason, jobs.nodes)),
-    "r": lambda jobs, now: [reason or "None" for reason in jobs.reason],
+    "P": lambda jobs, now: _inert(jobs.priority),
+    "N": lambda jobs, now: _inert(map(",".join, jobs.nodes)),
+    "R": lambda jobs, now: _inert(map(_reason_or_nodes, jobs.state, jobs.reason, jobs.nodes)),
+    "r": lambda jobs, now: _inert(reason or "None" for reason in jobs.reason),
     "V": lambda jobs, now: list(map(_when, jobs.submit_time)),
     "S": lambda jobs, now: list(map(_when, jobs.start_time)),
 }
@@ -395,7 +424,7 @@ def check_queue_format(fmt: str) -> None:
     for m in _FIELD.finditer(fmt):
         if m.group(3) not in QUEUE_CODES + "%":
             raise ValueError(
-                f"--format: unknown field %{m.group(3)} (known: "
+                f"--format: unknown field %{inert(m.group(3))} (known: "
                 + " ".join(f"%{c}" for c in QUEUE_CODES)
                 + ")"
             )
@@ -427,7 +456,7 @@ def _queue_template(fmt: str) -> tuple[str, list[str]]:
     codes: list[str] = []
     pos = 0
     for m in _FIELD.finditer(fmt):
-        out.append(fmt[pos : m.start()].replace("%", "%%"))
+        out.append(inert(fmt[pos : m.start()]).replace("%", "%%"))
         pos = m.end()
         right, width, code = m.groups()
         if code == "%":
@@ -436,7 +465,7 @@ def _queue_template(fmt: str) -> tuple[str, list[str]]:
         codes.append(code)
         # "%8.8s" pads to 8 and cuts at 8, as squeue does with %.8i.
         out.append(f"%{'' if right else '-'}{width}.{width}s" if width else "%s")
-    out.append(fmt[pos:].replace("%", "%%"))
+    out.append(inert(fmt[pos:]).replace("%", "%%"))
     return "".join(out), codes
 
 
@@ -451,11 +480,11 @@ def outcomes(done: list[Outcome] | None, *, recorded: bool) -> None:
     if not recorded:
         return
     if done is None:
-        print("a running daemon carries the moves out (see gctl events)")
+        message("a running daemon carries the moves out (see gctl events)")
         return
-    print("no daemon runs; carried out here:")
+    message("no daemon runs; carried out here:")
     for o in done:
-        print(f"   {o.kind} of job {o.job_id}: {o.status}: {o.result}")
+        message(f"   {o.kind} of job {o.job_id}: {o.status}: {o.result}")
 
 
 def _progress(p: dict[str, Any]) -> str:
@@ -471,39 +500,40 @@ def _progress(p: dict[str, Any]) -> str:
 def job_detail(d: JobDetail) -> None:
     """``gctl show job``: scontrol-style key=value lines, then history."""
     v = d.view
-    print(f"JobId={v.id} JobName={v.name} UserId={v.user}")
-    print(f"   JobState={v.state} Reason={v.reason or 'None'} Held={'yes' if v.held else 'no'}")
-    print(f"   Priority={v.priority} GPUs={v.gpus} Nodes={','.join(v.nodes) or '(none)'}")
-    print(f"   SubmitTime={_when(v.submit_time)} StartTime={_when(v.start_time)}")
+    message(f"JobId={v.id} JobName={v.name} UserId={v.user}")
+    message(f"   JobState={v.state} Reason={v.reason or 'None'} Held={'yes' if v.held else 'no'}")
+    message(f"   Priority={v.priority} GPUs={v.gpus} Nodes={','.join(v.nodes) or '(none)'}")
+    message(f"   SubmitTime={_when(v.submit_time)} StartTime={_when(v.start_time)}")
     rt = d.runtime
     how = _MECHANISM_WORDS.get(rt["mechanism"], "not started yet")
-    print(f"   Mechanism={rt['mechanism'] or '(none)'} ({how})")
-    print(f"   Attempt={rt['attempt']} Restarts={rt['restarts']}")
+    message(f"   Mechanism={rt['mechanism'] or '(none)'} ({how})")
+    message(f"   Attempt={rt['attempt']} Restarts={rt['restarts']}")
     if rt["progress"]:
-        print(f"   {_progress(rt['progress'])}")
+        message(f"   {_progress(rt['progress'])}")
     if rt["operation"]:
         op = rt["operation"]
-        print(f"   Operation={op['kind']} in progress: {op['reason']}")
+        message(f"   Operation={op['kind']} in progress: {op['reason']}")
     spec = d.spec
-    print(f"   Image={spec['image']}")
-    print(f"   Command={json.dumps(spec['command'])}")
+    message(f"   Image={spec['image']}")
+    message(f"   Command={json.dumps(spec['command'])}")
     for key in ("env", "mounts", "class", "elastic", "gpu_mem_mb", "datasets", "profile"):
         if spec[key]:
-            print(f"   {key}={json.dumps(spec[key])}")
+            message(f"   {key}={json.dumps(spec[key])}")
     for node, gpu, mode in d.allocations:
-        print(f"   GPU {node}:{gpu} {mode}")
+        message(f"   GPU {node}:{gpu} {mode}")
     for i, kind, status in d.intents:
-        print(f"   Intent {i}: {kind} ({status})")
-    print("History:")
+        message(f"   Intent {i}: {kind} ({status})")
+    message("History:")
     for at, state, why in d.history:
-        print(f"   {_when(at)} {state} {why or ''}".rstrip())
+        message(f"   {_when(at)} {state} {why or ''}".rstrip())
 
 
 def events_table(rows: list[EventView]) -> None:
     """``gctl events``: the log, oldest first."""
     table = _plain_table("TIME", "USER", "KIND", "JOB", "NODE", "WHAT")
     for e in rows:
-        table.add_row(
+        _row(
+            table,
             _when(e.at),
             e.user,
             e.kind,
@@ -511,7 +541,7 @@ def events_table(rows: list[EventView]) -> None:
             e.node or "-",
             e.message,
         )
-    stdout().print(table, markup=False)
+    _show(table)
 
 
 def event_lines(rows: list[EventView], *, json_lines: bool) -> None:
@@ -525,7 +555,7 @@ def event_lines(rows: list[EventView], *, json_lines: bool) -> None:
             sys.stdout.write(orjson.dumps(e.to_dict()).decode() + "\n")
         else:
             job = str(e.job_id) if e.job_id is not None else "-"
-            print(f"{_when(e.at)}  {e.user}  {e.kind:<13} {job:>6}  {e.node or '-'}  {e.message}")
+            message(f"{_when(e.at)}  {e.user}  {e.kind:<13} {job:>6}  {e.node or '-'}  {e.message}")
     sys.stdout.flush()
 
 
@@ -538,20 +568,20 @@ MECHANISMS = {
 
 def why(w: Why) -> None:
     """``gctl why``: the answer on the first line, then what is under way and recent decisions."""
-    print(_why_answer(w))
+    message(_why_answer(w))
     if w.operation:
-        print(f"operation in progress: {_operation(w.operation)}")
+        message(f"operation in progress: {_operation(w.operation)}")
     if w.pending_intents:
-        print("waiting for the daemon:")
+        message("waiting for the daemon:")
         for i in w.pending_intents:
             args = "".join(f" {k}={v}" for k, v in i.args.items() if v not in (None, False, ""))
-            print(f"   {i.kind}{args} asked by {i.user} at {_when(i.created_at)} (intent {i.id})")
+            message(f"   {i.kind}{args} asked by {i.user} at {_when(i.created_at)} (intent {i.id})")
     if w.decisions:
-        print("recent decisions:")
+        message("recent decisions:")
         table = _plain_table("TIME", "KIND", "USER", "WHAT")
         for d in w.decisions:
-            table.add_row(_when(d.at), d.kind, d.user, d.message)
-        stdout().print(table, markup=False)
+            _row(table, _when(d.at), d.kind, d.user, d.message)
+        _show(table)
 
 
 def _why_answer(w: Why) -> str:

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from gctl.services import logs
 from gctl.services.db import Store
+from gctl.textsafe import inert
 from gctl.watch import actions
 from gctl.watch.data import Clock, Feed, FrameSource
 from gctl.watch.details import JobDetailScreen, LogReader, NodeDetailScreen
@@ -142,7 +143,7 @@ class WatchApp(App[None]):
         frame = self.feed.frame
         line = Text()
         line.append(" gctl watch ", style="bold reverse")
-        line.append(f" {self.store.url} ")
+        line.append(f" {inert(self.store.url)} ")
         if self.readonly:
             line.append(" READ-ONLY ", style="bold black on yellow")
         if frame is not None:
@@ -153,14 +154,14 @@ class WatchApp(App[None]):
             )
         if self.feed.error is not None:
             line.append(
-                f"  STALE: data {age(self.feed.age())} old: {self.feed.error}",
+                f"  STALE: data {age(self.feed.age())} old: {inert(self.feed.error)}",
                 style="bold white on red",
             )
         elif frame is None:
             line.append("  reading…")
         text = self.query_one(JobsTable).filter_text
         if text:
-            line.append(f"  filter: {text!r}", style="bold")
+            line.append(f"  filter: {inert(repr(text))}", style="bold")
         for table in self.query(FrameTable):
             note = table.cap_note()
             if note:
@@ -308,5 +309,9 @@ class WatchApp(App[None]):
         self.run_worker(work, thread=True, group="action")
 
     def _done(self, outcome: actions.Outcome) -> None:
-        self.notify(outcome.message, severity="information" if outcome.ok else "error")
+        self.notify(
+            inert(outcome.message),
+            severity="information" if outcome.ok else "error",
+            markup=False,
+        )
         self.action_refresh()

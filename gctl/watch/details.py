@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 from gctl.cli import render
 from gctl.services import events, jobs, logs, nodes, why
 from gctl.services.db import Store
+from gctl.textsafe import inert, inert_keeping_colours
 from gctl.watch.data import FAILURES
 
 NODE_EVENTS = 15
@@ -61,7 +62,7 @@ class DetailScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         """Title, body, footer."""
-        yield Static(f"[b]{self.page_title}[/b]   (Esc back)")
+        yield Static(Text.assemble((inert(self.page_title), "bold"), "   (Esc back)"))
         with VerticalScroll():
             yield self.body
             yield from self.below()
@@ -79,7 +80,7 @@ class DetailScreen(Screen[None]):
         try:
             draw = self.fetch()
         except FAILURES as exc:
-            self.app.call_from_thread(self.body.update, Text(str(exc), style="red"))
+            self.app.call_from_thread(self.body.update, Text(inert(str(exc)), style="red"))
             return
         self.app.call_from_thread(lambda: self.body.update(Text(captured(draw))))
 
@@ -124,25 +125,30 @@ class JobDetailScreen(DetailScreen):
         try:
             shown = log_text(self.read_log(self.store, self.job_id, LOG_LINES))
         except FAILURES as exc:
-            shown = Text.assemble(("\nLog: ", "bold"), (str(exc), "yellow"))
+            shown = Text.assemble(("\nLog: ", "bold"), (inert(str(exc)), "yellow"))
         self.app.call_from_thread(self.log_view.update, shown)
 
 
 def log_text(got: logs.LogTail) -> Text:
-    """A heading saying where the lines come from, then the lines (colours the job wrote kept)."""
+    """A heading saying where the lines come from, then the lines.
+
+    The colours the job wrote are kept; any other control character or
+    escape sequence in its output is shown escaped, as in the heading.
+    """
     src = got.source
     others = (
         f"; also on {', '.join(n for n in src.nodes if n != src.node)}"
         if len(src.nodes) > 1
         else ""
     )
-    heading = (
-        f"\nLog (gctl logs {src.job_id}): last {len(got.lines)} lines of {src.container}"
-        f" on {src.node}{others}\n"
+    heading = inert(
+        f"Log (gctl logs {src.job_id}): last {len(got.lines)} lines of {src.container}"
+        f" on {src.node}{others}"
     )
     if not got.lines:
-        return Text.assemble((heading, "bold"), ("(no output yet)", "dim"))
-    return Text.assemble((heading, "bold"), Text.from_ansi("\n".join(got.lines)))
+        return Text.assemble((f"\n{heading}\n", "bold"), ("(no output yet)", "dim"))
+    lines = "\n".join(map(inert_keeping_colours, got.lines))
+    return Text.assemble((f"\n{heading}\n", "bold"), Text.from_ansi(lines))
 
 
 class NodeDetailScreen(DetailScreen):

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from gctl.watch.fmt import plain
 from gctl.watch.frame import Frame
 
 KEYS: tuple[tuple[str, str], ...] = (
@@ -83,7 +84,7 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         """The question and the keys."""
         with Vertical():
-            yield Label(self.question)
+            yield Label(plain(self.question))
             yield Label("[b]y[/b] yes   [b]n[/b] / Esc no")
 
 
@@ -101,7 +102,7 @@ class ReasonScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         """The question and an input."""
         with Vertical():
-            yield Label(self.question)
+            yield Label(plain(self.question))
             yield Input(placeholder="reason (recorded with your name and the time)")
             yield Label("Enter confirms, Esc cancels")
 
@@ -139,8 +140,10 @@ class MigrateScreen(ModalScreen[str | None]):
             yield OptionList(
                 *(
                     Option(
-                        f"{v.name:<12} {v.state_flag:<6} {v.gpus_used}/{v.gpus_total} GPUs"
-                        f"  height {v.height:.2f}",
+                        plain(
+                            f"{v.name:<12} {v.state_flag:<6} {v.gpus_used}/{v.gpus_total} GPUs"
+                            f"  height {v.height:.2f}"
+                        ),
                         id=v.name,
                     )
                     for v in self.targets

@@ -1,4 +1,9 @@
-"""Small text renderings for the widgets: height bars, sparklines, ages, state colours."""
+"""Small text renderings for the widgets: height bars, sparklines, ages, state colours, user text.
+
+Every text a user or a host gave reaches a widget as :func:`plain`: a
+``Text``, which Textual never reads as markup, with control and bidi
+characters escaped (:mod:`gctl.textsafe`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import functools
 from rich.text import Text
 
 from gctl.cli.render import fmt_duration
+from gctl.textsafe import inert
 
 BAR_CELLS_PER_UNIT = 8
 """Cells of a height bar per unit of height; the bar spans 0..2 with a mark at 1."""
@@ -78,4 +84,9 @@ def coarse_age(seconds: float) -> str:
 @functools.lru_cache(maxsize=1024)
 def styled(text: str, style: str | None) -> Text:
     """``text`` in ``style`` (plain when None); shared, so never change what it returns."""
-    return Text(text, style=style or "")
+    return Text(inert(text), style=style or "")
+
+
+def plain(text: str) -> Text:
+    """User or host text for a widget: never markup, its control characters escaped; shared."""
+    return styled(text, None)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import RichLog, Static
 
-from gctl.watch.fmt import MODE_STYLE, sparkline
+from gctl.textsafe import inert
+from gctl.watch.fmt import MODE_STYLE, plain, sparkline
 from gctl.watch.frame import Frame, GpuCell, NodeLine
 from gctl.watch.history import gpu_series
 
@@ -35,14 +37,15 @@ def gpu_table(line: NodeLine, frame: Frame) -> Table:
     v = line.view
     marked = " (emulated figures)" if v.emulated else ""
     table = Table(box=None, pad_edge=False, expand=True, title_justify="left")
-    table.title = f"{v.name}: {v.state_flag}, height {v.height:.2f}{marked}"
+    # A str title takes the table's title style; rich reads it as markup, hence escape().
+    table.title = escape(inert(f"{v.name}: {v.state_flag}, height {v.height:.2f}{marked}"))
     for header in ("GPU", "MODEL", "MODE", "JOBS", "UTIL", "MEMORY"):
         table.add_column(header, no_wrap=True)
     for gpu in line.gpus:
         util, mem = gpu_series(gpu, frame.samples)
         table.add_row(
             str(gpu.index),
-            f"{gpu.model}-{gpu.memory_mb // 1024}G",
+            plain(f"{gpu.model}-{gpu.memory_mb // 1024}G"),
             Text(gpu.mode, style=MODE_STYLE.get(gpu.mode, "")),
             _jobs_cell(gpu),
             _use_cell(sparkline(util, 1.0, SPARK), f"{util[-1]:4.0%}" if util else "   -"),
@@ -89,7 +92,7 @@ def event_line(kind: str, at: float, message: str) -> Text:
     stamp = time.strftime("%H:%M:%S", time.localtime(at))
     short = kind.removeprefix("job.")
     style = _EVENT_STYLE.get(kind, "blue" if kind.startswith("node.") else "")
-    return Text.assemble((stamp, "dim"), " ", (f"{short:<11}", style), " ", message)
+    return Text.assemble((stamp, "dim"), " ", (f"{inert(short):<11}", style), " ", inert(message))
 
 
 class Timeline(RichLog):

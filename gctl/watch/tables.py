@@ -10,10 +10,11 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from gctl.services.queue import STATE_CODES
-from gctl.watch.fmt import JOB_STATE_STYLE, NODE_STATE_STYLE, coarse_age, height_bar, styled
+from gctl.watch.fmt import JOB_STATE_STYLE, NODE_STATE_STYLE, coarse_age, height_bar, plain, styled
 from gctl.watch.frame import Frame, JobLine, NodeLine
 
-Cell = Text | str
+Cell = Text
+"""A cell: always a ``Text``, since Textual reads a ``str`` cell as markup."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ class FrameTable(DataTable[Cell]):
             self._cells[r.key] = r.cells
         keys = [r.key for r in rows]
         if keys != self._keys:
-            at = {key: i for i, key in enumerate(keys)}
+            at = {str(r.cells[0]): i for i, r in enumerate(rows)}  # the key as the cell shows it
             self.sort(self.COLUMNS[0][0], key=lambda cell: at[str(cell)])
             self._keys = keys
         if keep is not None and keep in new and keys.index(keep) != self.cursor_row:
@@ -213,12 +214,12 @@ def _node_row(line: NodeLine, answer_text: str) -> Row:
     answer = styled(answer_text, "green" if v.responding else "red")
     kinds = v.gpu_kinds + (" (emulated)" if v.emulated else "")
     cells: tuple[Cell, ...] = (
-        v.name,
+        plain(v.name),
         styled(v.state_flag, NODE_STATE_STYLE.get(v.state)),
-        f"{v.gpus_used}/{v.gpus_total}",
+        plain(f"{v.gpus_used}/{v.gpus_total}"),
         height_bar(v.height),
-        str(v.affinity),
-        kinds,
+        plain(str(v.affinity)),
+        plain(kinds),
         answer,
     )
     return Row(
@@ -271,16 +272,16 @@ class JobsTable(FrameTable):
 def _job_row(j: JobLine, in_state: str) -> Row:
     reason = ("(held) " if j.held else "") + (j.reason or "")
     cells: tuple[Cell, ...] = (
-        str(j.id),
-        j.name,
-        j.user,
+        plain(str(j.id)),
+        plain(j.name),
+        plain(j.user),
         styled(STATE_CODES.get(j.state, j.state), JOB_STATE_STYLE.get(j.state)),
-        str(j.gpus),
-        j.where or "-",
-        j.mechanism or "-",
-        "-" if j.rate is None else f"{j.rate:.2f}",
-        in_state,
-        reason,
+        plain(str(j.gpus)),
+        plain(j.where or "-"),
+        plain(j.mechanism or "-"),
+        plain("-" if j.rate is None else f"{j.rate:.2f}"),
+        plain(in_state),
+        plain(reason),
     )
     return Row(
         str(j.id),

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from clikit import run
+from clikit import ok, run
 from dbfaults import ruin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,28 +20,8 @@ from gctl.hosts.engine import JOB_DIR_IN_CONTAINER
 from gctl.services import jobs, specs
 from gctl.services.db import connect
 
-
-@pytest.fixture
-def gdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An initialised SQLite store chosen through $GCTL_DB, with user alice."""
-    db = tmp_path / "gctl.db"
-    monkeypatch.setenv("GCTL_DB", str(db))
-    monkeypatch.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
-    monkeypatch.setenv("GCTL_USER", "alice")
-    code, out, err = run("init")
-    assert code == 0, err
-    assert "created" in out
-    return db
-
-
 FP = ("--host-key-fingerprint", "SHA256:" + "A" * 43)
 """A well-formed host key fingerprint: these nodes are recorded, never contacted."""
-
-
-def _ok(*args: str) -> str:
-    code, out, err = run(*args)
-    assert code == 0, f"gctl {' '.join(args)}: {err}"
-    return out
 
 
 def _rows(db: Path, sql: str) -> list[tuple[object, ...]]:
@@ -65,9 +45,9 @@ def test_init_writes_a_starter_config_that_later_commands_read(
     monkeypatch.setenv("GCTL_CONFIG", str(cfg))
     monkeypatch.delenv("GCTL_DB", raising=False)
     db = tmp_path / "a.db"
-    _ok("--db", str(db), "init")
+    ok("--db", str(db), "init")
     assert str(db) in cfg.read_text()
-    current = json.loads(_ok("db", "current", "--json"))  # no --db: the config file decides
+    current = json.loads(ok("db", "current", "--json"))  # no --db: the config file decides
     assert current["source"] == str(cfg) and current["current"] == current["head"]
 
 
@@ -86,18 +66,18 @@ def test_init_never_writes_a_url_from_the_environment_into_the_system_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_root: Path
 ) -> None:
     monkeypatch.setenv("GCTL_DB", str(tmp_path / "throwaway.db"))
-    out = _ok("init")
+    out = ok("init")
     assert not as_root.exists()
     assert "no config written: the database came from $GCTL_DB" in out
     assert "--write-config" in out
-    out = _ok("init", "--write-config")  # asked: written
+    out = ok("init", "--write-config")  # asked: written
     assert "throwaway.db" in as_root.read_text() and f"wrote config {as_root}" in out
 
 
 def test_init_with_db_leaves_the_system_default_alone_unless_asked(
     tmp_path: Path, as_root: Path
 ) -> None:
-    out = _ok("--db", str(tmp_path / "x.db"), "init")
+    out = ok("--db", str(tmp_path / "x.db"), "init")
     assert not as_root.exists() and "does not change the system-wide default" in out
 
 
@@ -105,13 +85,13 @@ def test_init_says_why_it_leaves_an_existing_config(tmp_path: Path, as_root: Pat
     as_root.parent.mkdir()
     as_root.write_text(f'[store]\nurl = "{tmp_path / "site.db"}"\n')
     before = as_root.read_text()
-    out = _ok("init")  # the config chose the database
+    out = ok("init")  # the config chose the database
     assert "site.db" in out and as_root.read_text() == before
     assert f"config {as_root} exists, left unchanged (it names this database)" in out
     code, out, err = run("--db", str(tmp_path / "other.db"), "init", "--write-config")
     assert code == 1 and "exists, left unchanged" in err and "site.db" in err
     assert as_root.read_text() == before
-    out = _ok("--db", str(tmp_path / "other.db"), "init", "--no-config")
+    out = ok("--db", str(tmp_path / "other.db"), "init", "--no-config")
     assert "no config written (--no-config)" in out
 
 
@@ -164,58 +144,58 @@ def test_config_file_typo_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_node_lifecycle_with_reasons_like_sinfo(gdb: Path) -> None:
-    _ok("node", "add", "gpu01", "--host", "10.0.0.1", *FP, "--emulate-gpus", "4xV100-16GB")
-    _ok("node", "add", "gpu02", "--host", "10.0.0.2", *FP, "--emulate-gpus", "8xA100-80GB")
-    listing = json.loads(_ok("node", "ls", "--json"))
+    ok("node", "add", "gpu01", "--host", "10.0.0.1", *FP, "--emulate-gpus", "4xV100-16GB")
+    ok("node", "add", "gpu02", "--host", "10.0.0.2", *FP, "--emulate-gpus", "8xA100-80GB")
+    listing = json.loads(ok("node", "ls", "--json"))
     assert [(n["name"], n["state"], n["gpus_total"]) for n in listing] == [
         ("gpu01", "idle", 4),
         ("gpu02", "idle", 8),
     ]
     assert not any(n["responding"] for n in listing)  # never contacted
-    assert "idle*" in _ok("node", "ls")
+    assert "idle*" in ok("node", "ls")
     reason = "fan failure; `reboot` $(id)"
-    _ok("node", "drain", "gpu01", "--reason", reason)
-    drained = json.loads(_ok("node", "show", "gpu01", "--json"))
+    ok("node", "drain", "gpu01", "--reason", reason)
+    drained = json.loads(ok("node", "show", "gpu01", "--json"))
     assert drained["state"] == "drain" and drained["reason"] == reason
     assert drained["reason_user"] == "alice" and drained["gpus"][0]["emulated"] is True
-    reasons = _ok("node", "ls", "-R")
+    reasons = ok("node", "ls", "-R")
     assert reason in reasons and "alice" in reasons and "gpu02" not in reasons
-    _ok("node", "undrain", "gpu01")
-    assert json.loads(_ok("node", "show", "gpu01", "--json"))["reason"] is None
+    ok("node", "undrain", "gpu01")
+    assert json.loads(ok("node", "show", "gpu01", "--json"))["reason"] is None
     code, _, err = run("node", "drain", "gpu01")
     assert code == 1 and "--reason" in err
-    _ok("node", "rm", "gpu02")
-    assert [n["name"] for n in json.loads(_ok("node", "ls", "--json"))] == ["gpu01"]
-    kinds = [e["kind"] for e in json.loads(_ok("events", "--json"))["events"]]
+    ok("node", "rm", "gpu02")
+    assert [n["name"] for n in json.loads(ok("node", "ls", "--json"))] == ["gpu01"]
+    kinds = [e["kind"] for e in json.loads(ok("events", "--json"))["events"]]
     assert kinds == ["node.add", "node.add", "node.drain", "node.undrain", "node.rm"]
 
 
 def test_submit_queue_and_actions(gdb: Path) -> None:
-    first = _ok("submit", "--parsable", "--gpus", "2", "--image", "train:1", "--", "python", "t.py")
-    second = _ok(
+    first = ok("submit", "--parsable", "--gpus", "2", "--image", "train:1", "--", "python", "t.py")
+    second = ok(
         "submit", "--parsable", "--image", "img", "--elastic", "1:4", "--gpus", "2",
         "--env", "A=1=2", "--mount", "/data:/data:ro", "--gpu-mem", "8G", "--", "sleep", "9",
     )  # fmt: skip
     a, b = int(first), int(second)
     assert b == a + 1
-    q = json.loads(_ok("queue", "--json"))["jobs"]
+    q = json.loads(ok("queue", "--json"))["jobs"]
     assert [(j["id"], j["state_code"], j["user"]) for j in q] == [
         (a, "PD", "alice"),
         (b, "PD", "alice"),
     ]
-    spec = json.loads(_ok("show", "job", str(b), "--json"))["spec"]
+    spec = json.loads(ok("show", "job", str(b), "--json"))["spec"]
     assert spec["env"] == {"A": "1=2"} and spec["gpu_mem_mb"] == 8192
     assert spec["mounts"] == [{"src": "/data", "dst": "/data", "read_only": True}]
     assert spec["elastic"] == [1, 4]
-    _ok("hold", str(b))
-    assert _ok("queue", "-t", "PD", "-o", "%i %r", "--noheader").splitlines() == [
+    ok("hold", str(b))
+    assert ok("queue", "-t", "PD", "-o", "%i %r", "--noheader").splitlines() == [
         f"{a} None",
         f"{b} held by alice",
     ]
-    _ok("release", str(b))
-    assert "cancelled" in _ok("cancel", str(a))
-    assert [j["id"] for j in json.loads(_ok("queue", "--json"))["jobs"]] == [b]
-    done = json.loads(_ok("queue", "-t", "CA", "--json"))["jobs"]
+    ok("release", str(b))
+    assert "cancelled" in ok("cancel", str(a))
+    assert [j["id"] for j in json.loads(ok("queue", "--json"))["jobs"]] == [b]
+    done = json.loads(ok("queue", "-t", "CA", "--json"))["jobs"]
     assert [(j["id"], j["state"]) for j in done] == [(a, "CANCELLED")]
     code, _, err = run("suspend", str(b))
     assert code == 1 and "suspend needs RUNNING" in err
@@ -224,19 +204,19 @@ def test_submit_queue_and_actions(gdb: Path) -> None:
 
 
 def test_queue_format_widths_and_literals_like_squeue(gdb: Path) -> None:
-    _ok("submit", "--name", "averyveryverylongname", "--image", "i", "--", "run")
-    _ok("submit", "--name", "b", "--gpus", "3", "--image", "i", "--", "run")
-    out = _ok("queue", "-o", "{%.3i}|%6j|%.4b|%5j|%%|%t", "--noheader")
+    ok("submit", "--name", "averyveryverylongname", "--image", "i", "--", "run")
+    ok("submit", "--name", "b", "--gpus", "3", "--image", "i", "--", "run")
+    out = ok("queue", "-o", "{%.3i}|%6j|%.4b|%5j|%%|%t", "--noheader")
     assert out.splitlines() == [
         "{  1}|averyv|   1|avery|%|PD",
         "{  2}|b     |   3|b    |%|PD",
     ]
-    header = _ok("queue", "-o", "%.5i %j %T").splitlines()[0]
+    header = ok("queue", "-o", "%.5i %j %T").splitlines()[0]
     assert header == "JOBID NAME STATE"
-    assert _ok("queue", "-o", "plain text", "--noheader").splitlines() == ["plain text"] * 2
+    assert ok("queue", "-o", "plain text", "--noheader").splitlines() == ["plain text"] * 2
     code, _, err = run("queue", "-o", "%i %Z")
     assert code == 1 and "unknown field %Z" in err
-    submitted = json.loads(_ok("queue", "--json"))["jobs"][0]["submit_time"]
+    submitted = json.loads(ok("queue", "--json"))["jobs"][0]["submit_time"]
     assert datetime.fromisoformat(submitted).utcoffset() == timedelta(0)
     assert abs(datetime.fromisoformat(submitted).timestamp() - time.time()) < 60
 
@@ -246,8 +226,8 @@ def test_emulated_gpus_from_a_spec_file_with_topology(gdb: Path, tmp_path: Path)
     spec.write_text(
         '[[nodes]]\ngpus = 8\ngpu_type = "V100"\ngpu_memory = "32GB"\ntopology = "nvlink"\n'
     )
-    _ok("node", "add", "dgx1", "--host", "10.0.0.9", *FP, "--emulate-gpus", str(spec))
-    node = json.loads(_ok("node", "show", "dgx1", "--json"))
+    ok("node", "add", "dgx1", "--host", "10.0.0.9", *FP, "--emulate-gpus", str(spec))
+    node = json.loads(ok("node", "show", "dgx1", "--json"))
     assert node["gpu_kinds"] == "8xV100-32GB"
     assert [g["uuid"] for g in node["gpus"]][:2] == ["GPU-emulated-dgx1-0", "GPU-emulated-dgx1-1"]
     peers = _rows(gdb, 'SELECT nvlink_peers FROM gpus WHERE "index" = 0')[0][0]
@@ -258,8 +238,8 @@ def test_emulated_gpus_from_a_spec_file_with_topology(gdb: Path, tmp_path: Path)
 
 
 def test_actions_on_running_jobs_become_intents_for_the_daemon(gdb: Path) -> None:
-    _ok("node", "add", "n1", "--host", "h", *FP, "--emulate-gpus", "2xV100-16GB")
-    job = int(_ok("submit", "--parsable", "--image", "x", "--", "run"))
+    ok("node", "add", "n1", "--host", "h", *FP, "--emulate-gpus", "2xV100-16GB")
+    job = int(ok("submit", "--parsable", "--image", "x", "--", "run"))
     with sqlite3.connect(gdb) as conn:  # what the daemon will do when it places the job
         conn.execute("UPDATE jobs SET state='RUNNING' WHERE id=?", (job,))
         conn.execute(
@@ -267,18 +247,18 @@ def test_actions_on_running_jobs_become_intents_for_the_daemon(gdb: Path) -> Non
             " VALUES (?, 1, 'exclusive', '2026-01-01')",
             (job,),
         )
-    out = _ok("suspend", str(job))
+    out = ok("suspend", str(job))
     assert "recorded for the daemon" in out
-    _ok("migrate", str(job), "--to", "n1:1")
+    ok("migrate", str(job), "--to", "n1:1")
     code, _, err = run("migrate", str(job), "--to", "n1:7")
     assert code == 1 and "no GPU '7'" in err
     code, _, err = run("migrate", str(job), "--to", "nowhere")
     assert code == 1 and "unknown node 'nowhere'" in err
     intents = _rows(gdb, "SELECT kind, status, user FROM intents ORDER BY id")
     assert intents == [("suspend", "pending", "alice"), ("migrate", "pending", "alice")]
-    assert json.loads(_ok("queue", "-w", "n1", "--json"))["jobs"][0]["nodes"] == ["n1"]
-    assert json.loads(_ok("queue", "-w", "other", "--json"))["jobs"] == []
-    assert json.loads(_ok("node", "show", "n1", "--json"))["state"] == "mix"
+    assert json.loads(ok("queue", "-w", "n1", "--json"))["jobs"][0]["nodes"] == ["n1"]
+    assert json.loads(ok("queue", "-w", "other", "--json"))["jobs"] == []
+    assert json.loads(ok("node", "show", "n1", "--json"))["state"] == "mix"
     code, _, err = run("node", "rm", "n1")
     assert code == 1 and "still runs jobs" in err
 
@@ -290,10 +270,10 @@ def test_batch_submission_is_all_or_nothing(gdb: Path, tmp_path: Path) -> None:
         "# comment lines are skipped\n"
         '{"image": "b", "command": ["y", "z"], "gpus": 2, "priority": "high"}\n'
     )
-    assert _ok("submit", "-f", str(good)).startswith("Submitted 2 jobs")
+    assert ok("submit", "-f", str(good)).startswith("Submitted 2 jobs")
     toml = tmp_path / "jobs.toml"
     toml.write_text('[[job]]\nimage = "c"\ncommand = ["q"]\ngpus = 1\n')
-    _ok("submit", "-f", str(toml))
+    ok("submit", "-f", str(toml))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
         '{"image": "a", "command": ["x"], "gpus": 1}\n{"image": "a", "command": ["x"], "gpu": 1}\n'
@@ -368,7 +348,7 @@ def test_batch_submission_is_all_or_nothing(gdb: Path, tmp_path: Path) -> None:
 def test_bad_input_is_one_line_exit_1_and_changes_nothing(
     gdb: Path, args: list[str], needle: str
 ) -> None:
-    _ok("submit", "--image", "keep", "--", "me")
+    ok("submit", "--image", "keep", "--", "me")
     before = _rows(gdb, "SELECT * FROM jobs"), _rows(gdb, "SELECT * FROM nodes")
     code, out, err = run(*args)
     assert code == 1, (code, err)
@@ -477,10 +457,10 @@ def test_random_flag_values_never_crash_and_never_half_store(
 @given(argv=st.lists(TEXT, min_size=1, max_size=5).filter(lambda a: a[0] != ""), name=TEXT)
 def test_text_is_stored_byte_for_byte(gdb: Path, argv: list[str], name: str) -> None:
     clean_name = "".join(c for c in name if ord(c) >= 32 and ord(c) != 127)
-    job = int(_ok("submit", "--parsable", "--image", "i", "--name", clean_name, "--", *argv))
-    shown = json.loads(_ok("show", "job", str(job), "--json"))
+    job = int(ok("submit", "--parsable", "--image", "i", "--name", clean_name, "--", *argv))
+    shown = json.loads(ok("show", "job", str(job), "--json"))
     assert shown["spec"]["command"] == argv
     assert shown["name"] == (clean_name or argv[0].rsplit("/", 1)[-1])
-    _ok("hold", str(job))
-    events = json.loads(_ok("events", "--job", str(job), "--json"))["events"]
+    ok("hold", str(job))
+    events = json.loads(ok("events", "--job", str(job), "--json"))["events"]
     assert [e["kind"] for e in events] == ["job.submit", "job.hold"]

@@ -33,16 +33,11 @@ T = 1767268984.0
 
 
 @pytest.fixture
-def gdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An initialised store with two 4-GPU nodes h1 and h2, user alice."""
-    db = tmp_path / "gctl.db"
-    monkeypatch.setenv("GCTL_DB", str(db))
-    monkeypatch.setenv("GCTL_CONFIG", str(tmp_path / "gctl.toml"))
-    monkeypatch.setenv("GCTL_USER", "alice")
-    _ok("init")
+def gdb(gdb: Path) -> Path:
+    """The CLI tests' store with two 4-GPU nodes h1 and h2."""
     for name in ("h1", "h2"):
         _ok("node", "add", name, "--host", name, *FP, "--emulate-gpus", "4xV100-16GB")
-    return db
+    return gdb
 
 
 def _ok(*args: str) -> str:

@@ -23,3 +23,10 @@ def run(*args: str) -> tuple[int, str, str]:
     finally:
         sys.argv = argv
     return code, out.getvalue(), err.getvalue()
+
+
+def ok(*args: str) -> str:
+    """``gctl ARGS...`` that must succeed: its standard output."""
+    code, out, err = run(*args)
+    assert code == 0, f"gctl {' '.join(args)}: {err}"
+    return out

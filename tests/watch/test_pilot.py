@@ -7,13 +7,13 @@ from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
 from watchkit import fake_logs, make_app, pilot_test
 
-from gctl.services import db, jobs, logs, nodes
+from gctl.services import db, jobs, logs, nodes, specs
 from gctl.services.db import Store
-from gctl.services.logs import LogTail
+from gctl.services.logs import LogSource, LogTail
 from gctl.watch.app import WatchApp
 from gctl.watch.details import JobDetailScreen, NodeDetailScreen
 from gctl.watch.dialogs import ConfirmScreen, HelpScreen, MigrateScreen, ReasonScreen
-from gctl.watch.panels import GpuGrid
+from gctl.watch.panels import GpuGrid, Timeline
 from gctl.watch.tables import JobsTable, NodesTable
 
 SIZE = (160, 48)
@@ -94,14 +94,14 @@ async def test_sort_keys_and_reverse(busy: Store) -> None:
         await settle(pilot)
         table = on_job(app, 1)
         await pilot.press("N")
-        names = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        names = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         assert names == sorted(names)
         await pilot.press("N")
-        names = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        names = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         assert names == sorted(names, reverse=True)
         on_node(app, "n1")
         await pilot.press("H")
-        first = app.query_one(NodesTable).get_row_at(0)[0]
+        first = str(app.query_one(NodesTable).get_row_at(0)[0])
         assert first in ("n5", "n6")  # height 0 first
 
 
@@ -304,3 +304,37 @@ async def test_store_away_keeps_the_last_frame_marked_stale(busy: Store) -> None
         status = str(app.query_one("#status").render())
         assert "STALE" in status
         assert app.query_one(JobsTable).row_count == 12
+
+
+@pilot_test
+async def test_hostile_text_is_shown_escaped_and_never_as_markup(busy: Store) -> None:
+    title, markup = "\x1b]0;pwned\x07", "[/bold] [red]x"
+    ids = jobs.submit(
+        busy,
+        [
+            specs.build(image="i", command=[title], gpus=1),
+            specs.build(image="i", command=["x"], gpus=1, name=markup),
+        ],
+    )
+    nodes.set_admin_state(busy, "n1", "drain", f"\x1b[2J{markup}")
+
+    def hostile_log(store: Store, job_id: int, lines: int) -> LogTail:
+        output = ("\x1b[31mred\x1b[0m \x1b]0;t\x07\x1b[2J\u202e",)
+        return LogTail(LogSource(job_id, "n1", f"gctl-{job_id}-0", ("n1",)), output)
+
+    app = make_app(busy, read_log=hostile_log)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.query_one(JobsTable)
+        assert str(table.get_row(str(ids[0]))[1]) == "\\x1b]0;pwned\\x07"
+        assert str(table.get_row(str(ids[1]))[1]) == markup
+        timeline = "\n".join(line.text for line in app.query_one(Timeline).lines)
+        assert "drain: \\x1b[2J[/bold] [red]x" in timeline
+        on_job(app, 1)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, JobDetailScreen)
+        log = str(app.screen.log_view.render())
+        assert "red \\x1b]0;t\\x07\\x1b[2J\\u202e" in log  # the colour kept, the rest escaped
+        for shown in (timeline, log, str(app.screen.body.render())):
+            assert "\x1b" not in shown and "\u202e" not in shown
