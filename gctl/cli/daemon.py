@@ -15,6 +15,7 @@ from gctl.cli import render
 from gctl.cli.context import store
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options
+from gctl.limits import PERIOD_MAX, TEXT_MAX, check_text
 from gctl.textsafe import inert
 
 
@@ -38,26 +39,36 @@ def daemon(
         list[str] | None,
         typer.Option("--option", "-o", help="Policy option KEY=VALUE (repeatable)."),
     ] = None,
-    tick: Annotated[float, typer.Option(help="Seconds between reactive passes.")] = 1.0,
+    tick: Annotated[
+        float, typer.Option(max=PERIOD_MAX, help="Seconds between reactive passes.")
+    ] = 1.0,
     introspect_every: Annotated[
-        float, typer.Option(help="Seconds between introspective passes.")
+        float, typer.Option(max=PERIOD_MAX, help="Seconds between introspective passes.")
     ] = 60.0,
     heartbeat_every: Annotated[
-        float, typer.Option(help="Seconds between node heartbeats and progress samples.")
+        float,
+        typer.Option(max=PERIOD_MAX, help="Seconds between node heartbeats and progress samples."),
     ] = 5.0,
     reconcile_every: Annotated[
-        float, typer.Option(help="Seconds between reconciles of hosts with the store.")
+        float,
+        typer.Option(max=PERIOD_MAX, help="Seconds between reconciles of hosts with the store."),
     ] = 30.0,
     node_timeout: Annotated[
-        float, typer.Option(help="Seconds without an answer before a node is marked down.")
+        float,
+        typer.Option(
+            max=PERIOD_MAX, help="Seconds without an answer before a node is marked down."
+        ),
     ] = 60.0,
     grace: Annotated[
-        float, typer.Option(help="Seconds a job has to checkpoint and exit when moved.")
+        float,
+        typer.Option(max=PERIOD_MAX, help="Seconds a job has to checkpoint and exit when moved."),
     ] = 30.0,
     lease_s: Annotated[
         float,
         typer.Option(
-            "--lease", help="Seconds without renewal after which another daemon may take over."
+            "--lease",
+            max=PERIOD_MAX,
+            help="Seconds without renewal after which another daemon may take over.",
         ),
     ] = 30.0,
     standby: Annotated[
@@ -84,6 +95,13 @@ def daemon(
     from gctl.daemon import metrics as daemon_metrics
     from gctl.daemon.loop import Daemon, DaemonConfig
 
+    for value, flag in (
+        (state_dir, "--state-dir"),
+        (dcgm_dir, "--dcgm-dir"),
+        (metrics, "--metrics"),
+    ):
+        if value is not None:
+            check_text(str(value), flag, limit=TEXT_MAX)
     try:
         config = DaemonConfig(
             tick=tick,

@@ -8,6 +8,7 @@ loading SQLAlchemy.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,15 +21,19 @@ from gctl.cli import render
 from gctl.cli.context import JsonOpt, store, target
 from gctl.cli.errors import UsageError
 from gctl.cli.interrupt import stop_requested
-from gctl.cli.parse import parse_duration
+from gctl.cli.parse import parse_duration, parse_signal
 from gctl.gcpause import gc_paused
+from gctl.limits import INT_MAX, NAME_MAX, SPEC_ITEMS_MAX, TEXT_MAX, check_int, check_text, shown
 from gctl.services import queue as job_queue
 from gctl.services.reader import reading
 
 if TYPE_CHECKING:
     from gctl.services.jobs import ActionResult
 
-JobArg = Annotated[int, typer.Argument(help="Job id.", min=1)]
+JobArg = Annotated[int, typer.Argument(help="Job id.", min=1, max=INT_MAX)]
+JobsArg = Annotated[list[int], typer.Argument(help="Job ids.", min=1, max=INT_MAX)]
+_TO = re.compile(r"[^:]+(?::[0-9]{1,9}(?:,[0-9]{1,9})*)?")
+"""``migrate --to``: ``NODE`` or ``NODE:GPU,GPU...``."""
 FOLLOW_EVERY_S = 1.0
 """How often ``gctl events --follow`` looks for new events."""
 
@@ -64,6 +69,7 @@ def submit(
     from gctl.services import jobs, specs
 
     if batch is not None:
+        check_text(str(batch), "--file", limit=TEXT_MAX)
         if command or image:
             raise UsageError("--file takes every spec from the file; give no command or --image")
         requests = list(specs.read_batch(batch))
@@ -125,7 +131,7 @@ def queue(
     with gc_paused():
         with reading(target(ctx)) as reader:
             listed = job_queue.listing(
-                reader, users=_split(user), states=wanted, nodes=_split(nodelist)
+                reader, users=_split(user, "--user"), states=wanted, nodes=_split(nodelist, "-w")
             )
         if json_out:
             render.emit_json({"jobs": listed.to_dicts()})
@@ -133,8 +139,15 @@ def queue(
             render.queue(listed, fmt, header=not noheader)
 
 
-def _split(text: str | None) -> set[str] | None:
-    return {p.strip() for p in text.split(",") if p.strip()} if text else None
+def _split(text: str | None, flag: str) -> set[str] | None:
+    """A comma list of names to filter by, each one a name may be (see :mod:`gctl.limits`)."""
+    if not text:
+        return None
+    names = {p.strip() for p in text.split(",") if p.strip()}
+    check_int(len(names), f"{flag}: number of names", high=SPEC_ITEMS_MAX)
+    for name in names:
+        check_text(name, flag, limit=NAME_MAX)
+    return names
 
 
 @show_app.command("job")
@@ -152,17 +165,36 @@ def show_job(ctx: typer.Context, job_id: JobArg, json_out: JsonOpt = False) -> N
 show_app.command("node")(node_cmds.show)
 
 
-def _report(results: list[ActionResult], json_out: bool) -> None:
+def _each(job_ids: list[int], act: Callable[[int], ActionResult], json_out: bool) -> None:
+    """Act on each job in turn and report each outcome; exit 1 when any job was refused.
+
+    As scancel does: an unknown job, or one the action does not apply to, is
+    an error line of its own on stderr (with --json also an entry of
+    ``errors``), and the other jobs are still acted on.
+    """
+    from gctl.services.errors import ServiceError
+
+    done: list[ActionResult] = []
+    refused: list[dict[str, object]] = []
+    for job_id in dict.fromkeys(job_ids):
+        try:
+            result = act(job_id)
+        except ServiceError as exc:
+            refused.append({"job_id": job_id, "error": str(exc)})
+            render.error(str(exc))
+            continue
+        done.append(result)
+        if not json_out:
+            render.message(result.message)
     if json_out:
-        render.emit_json({"results": [r.to_dict() for r in results]})
-    else:
-        for r in results:
-            render.message(r.message)
+        render.emit_json({"results": [r.to_dict() for r in done], "errors": refused})
+    if refused:
+        raise typer.Exit(1)
 
 
 def cancel(
     ctx: typer.Context,
-    job_ids: Annotated[list[int], typer.Argument(help="Job ids.", min=1)],
+    job_ids: JobsArg,
     signal: Annotated[
         str | None, typer.Option("--signal", "-s", help="Send this signal instead of ending.")
     ] = None,
@@ -171,23 +203,21 @@ def cancel(
     """Cancel jobs (pending ones at once; running ones through the daemon)."""
     from gctl.services import jobs
 
-    if signal is not None and not (signal.isalnum() and len(signal) <= 10):
-        raise UsageError(f"--signal {signal!r}: give a signal name or number, e.g. TERM or 15")
-    args = {"signal": signal.upper()} if signal else {}
+    args = {"signal": parse_signal(signal)} if signal is not None else {}
     s = store(ctx)
-    _report([jobs.act(s, j, "cancel", **args) for j in job_ids], json_out)
+    _each(job_ids, lambda j: jobs.act(s, j, "cancel", **args), json_out)
 
 
 def _simple(action: str, doc: str) -> Callable[..., None]:
     def command(
         ctx: typer.Context,
-        job_ids: Annotated[list[int], typer.Argument(help="Job ids.", min=1)],
+        job_ids: JobsArg,
         json_out: JsonOpt = False,
     ) -> None:
         from gctl.services import jobs
 
         s = store(ctx)
-        _report([jobs.act(s, j, action) for j in job_ids], json_out)
+        _each(job_ids, lambda j: jobs.act(s, j, action), json_out)
 
     command.__doc__ = doc
     return command
@@ -201,7 +231,7 @@ release = _simple("release", "Let held jobs start again.")
 
 def requeue(
     ctx: typer.Context,
-    job_ids: Annotated[list[int], typer.Argument(help="Job ids.", min=1)],
+    job_ids: JobsArg,
     hold_it: Annotated[bool, typer.Option("--hold", help="Hold the job once requeued.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -209,7 +239,7 @@ def requeue(
     from gctl.services import jobs
 
     s = store(ctx)
-    _report([jobs.act(s, j, "requeue", hold=hold_it) for j in job_ids], json_out)
+    _each(job_ids, lambda j: jobs.act(s, j, "requeue", hold=hold_it), json_out)
 
 
 def migrate(
@@ -223,15 +253,22 @@ def migrate(
     """Move a job to other GPUs from a checkpoint, through the daemon."""
     from gctl.services import jobs
 
-    _report([jobs.act(store(ctx), job_id, "migrate", to=to)], json_out)
+    if to is not None and not _TO.fullmatch(check_text(to, "--to", limit=TEXT_MAX)):
+        raise UsageError(f"--to {shown(to)}: expected NODE or NODE:GPU,GPU,...")
+    s = store(ctx)
+    _each([job_id], lambda j: jobs.act(s, j, "migrate", to=to), json_out)
 
 
 def events_cmd(
     ctx: typer.Context,
-    job: Annotated[int | None, typer.Option(help="Only this job's events.")] = None,
+    job: Annotated[
+        int | None, typer.Option(min=1, max=INT_MAX, help="Only this job's events.")
+    ] = None,
     node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
     since: Annotated[str | None, typer.Option(help="Only the last span, e.g. 30m, 2h, 7d.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most the newest N.")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, max=INT_MAX, help="At most the newest N.")
+    ] = None,
     follow: Annotated[
         bool,
         typer.Option(
@@ -243,6 +280,8 @@ def events_cmd(
     """The event log: who did what, when and why."""
     from gctl.services import events
 
+    if node is not None:
+        check_text(node, "--node")
     start = None
     if since:
         start = time.time() - parse_duration(since)
@@ -271,9 +310,14 @@ def defrag(
         bool, typer.Option("--dry-run", help="Show the plan; record nothing.")
     ] = False,
     threshold: Annotated[
-        int | None, typer.Option(help="Empty nodes with at least this many free GPUs (default 2).")
+        int | None,
+        typer.Option(
+            max=INT_MAX, help="Empty nodes with at least this many free GPUs (default 2)."
+        ),
     ] = None,
-    max_moves: Annotated[int | None, typer.Option(help="Most moves in the pass.")] = None,
+    max_moves: Annotated[
+        int | None, typer.Option(max=INT_MAX, help="Most moves in the pass.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """One defragmentation pass (for cron): plan moves to free whole nodes.
@@ -313,7 +357,8 @@ def logs(
     ctx: typer.Context,
     job_id: JobArg,
     tail: Annotated[
-        int | None, typer.Option("--tail", "-n", min=0, help="Only the last N lines.")
+        int | None,
+        typer.Option("--tail", "-n", min=0, max=INT_MAX, help="Only the last N lines."),
     ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing output until the container ends.")
@@ -332,6 +377,8 @@ def logs(
     """
     from gctl.services import logs as service  # the hosts layer loads only for this command
 
+    if node is not None:
+        check_text(node, "--node")
     if json_out:
         if follow:
             raise UsageError("--json gives the lines there are now; it cannot --follow")

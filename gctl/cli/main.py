@@ -58,18 +58,35 @@ def root(
 
 
 def main() -> None:
-    """Console entry point: user errors become one line on stderr and exit 1.
+    """Console entry point: every error is one line on stderr, ``gctl: error: ...``.
 
-    Typer itself reports usage errors (exit 2); anything else is a bug and
-    keeps its traceback.
+    A usage error Typer finds (an unknown option, a value of the wrong type
+    or out of range) exits 2; a user error a command raises exits 1;
+    anything else is a bug and keeps its traceback.
     """
+    from typer._click import exceptions as usage
+
     try:
-        app()
+        code = app(standalone_mode=False)
+    except usage.NoArgsIsHelpError as exc:  # `gctl`, `gctl node`: the help, on stderr
+        exc.show()
+        sys.exit(exc.exit_code)
+    except usage.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        render.error(exc.format_message() + where)
+        sys.exit(exc.exit_code)
+    except usage.ClickException as exc:
+        render.error(exc.format_message())
+        sys.exit(exc.exit_code)
+    except typer.Abort:  # Ctrl-D at a confirmation
+        render.error("aborted")
+        sys.exit(1)
     except Exception as exc:
         if not isinstance(exc, user_errors()):
             raise
         render.error(_one_line(exc))
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _one_line(exc: Exception) -> str:

@@ -177,7 +177,7 @@ def probe_cmd(
     from gctl.services import probe  # here: the SSH and Docker stack loads only when used
 
     views = probe.probe(store(ctx), names)
-    _report(views, render.probe_table, json_out, failed=not all(v.responding for v in views))
+    _report(views, render.probe_table, json_out, [v.node.name for v in views if not v.responding])
 
 
 @app.command("top")
@@ -193,7 +193,7 @@ def top(
     from gctl.services import telemetry  # here: the SSH and Docker stack loads only when used
 
     samples = telemetry.sample(store(ctx), names)
-    _report(samples, render.top, json_out, failed=any(s.error for s in samples))
+    _report(samples, render.top, json_out, [s.node for s in samples if s.error])
 
 
 class _Answer(Protocol):
@@ -204,12 +204,13 @@ A = TypeVar("A", bound=_Answer)
 
 
 def _report(
-    answers: list[A], table: Callable[[list[A]], None], json_out: bool, *, failed: bool
+    answers: list[A], table: Callable[[list[A]], None], json_out: bool, silent: list[str]
 ) -> None:
-    """Every host's answer (a table or JSON); exit 1 when any host did not answer."""
+    """Every host's answer (a table or JSON); when a node did not answer, say so and exit 1."""
     if json_out:
         render.emit_json([a.to_dict() for a in answers])
     else:
         table(answers)
-    if failed:
+    if silent:
+        render.error(f"no answer from {len(silent)} node(s): {', '.join(silent)}")
         raise typer.Exit(1)

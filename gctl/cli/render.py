@@ -7,16 +7,18 @@ rich is imported by the functions that draw with it, so that ``gctl queue``
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gctl.limits import FORMAT_WIDTH_MAX
 from gctl.textsafe import inert
 
 if TYPE_CHECKING:
@@ -353,7 +355,9 @@ def node_detail(n: NodeView) -> None:
 QUEUE_FORMAT = "%.8i %.9P %.12j %.10u %.2t %.10M %.4b %R"
 """The default ``gctl queue`` layout (squeue's, with %b for GPUs and %P for priority)."""
 
-_FIELD = re.compile(r"%(\.?)(\d*)([a-zA-Z%])")
+_FIELD = re.compile(r"%(\.?)([0-9]*)([a-zA-Z%])")
+_ROWS_PER_WRITE = 1000
+"""Rows ``gctl queue`` writes at a time: memory stays bounded however wide a row is."""
 
 
 def _elapsed(start: float, end: float) -> str:
@@ -420,13 +424,24 @@ _HEADERS = {
 
 
 def check_queue_format(fmt: str) -> None:
-    """Refuse a ``--format`` with a field code ``gctl queue`` does not know."""
+    """Refuse a ``--format`` with a field code ``gctl queue`` does not know, or too wide.
+
+    The format, and the width of each field, are at most
+    :data:`~gctl.limits.FORMAT_WIDTH_MAX` characters.
+    """
+    if len(fmt) > FORMAT_WIDTH_MAX:
+        raise ValueError(f"--format: more than {FORMAT_WIDTH_MAX} characters")
     for m in _FIELD.finditer(fmt):
         if m.group(3) not in QUEUE_CODES + "%":
             raise ValueError(
                 f"--format: unknown field %{inert(m.group(3))} (known: "
                 + " ".join(f"%{c}" for c in QUEUE_CODES)
                 + ")"
+            )
+        if m.group(2) and int(m.group(2)) > FORMAT_WIDTH_MAX:
+            raise ValueError(
+                f"--format: %{m.group(1)}{m.group(2)}{m.group(3)} is wider than"
+                f" {FORMAT_WIDTH_MAX} characters"
             )
 
 
@@ -441,13 +456,13 @@ def queue(jobs: JobColumns, fmt: str, *, header: bool) -> None:
     template, codes = _queue_template(fmt)
     now = time.time()
     columns = {c: _COLUMNS[c](jobs, now) for c in dict.fromkeys(codes)}
-    lines = [(template % tuple(_HEADERS[c] for c in codes)).rstrip()] if header else []
-    rows: Iterable[tuple[str, ...]] = (
+    if header:
+        sys.stdout.write((template % tuple(_HEADERS[c] for c in codes)).rstrip() + "\n")
+    rows: Iterator[tuple[str, ...]] = iter(
         zip(*(columns[c] for c in codes), strict=True) if codes else [()] * len(jobs)
     )
-    lines.extend([(template % row).rstrip() for row in rows])
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
+    while chunk := list(itertools.islice(rows, _ROWS_PER_WRITE)):
+        sys.stdout.write("\n".join([(template % row).rstrip() for row in chunk]) + "\n")
 
 
 def _queue_template(fmt: str) -> tuple[str, list[str]]:

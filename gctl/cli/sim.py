@@ -11,6 +11,7 @@ from gctl.cli import render
 from gctl.cli.context import JsonOpt
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options, parse_window
+from gctl.limits import INT_MAX, PERIOD_MAX, TEXT_MAX, check_text
 
 app = typer.Typer(help="Replay workload traces through the scheduler (same code as the daemon).")
 
@@ -34,7 +35,9 @@ def run_cmd(
     virtual_cluster: Annotated[
         str | None, typer.Option(help="philly.csv: replay one virtual cluster only.")
     ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N jobs.")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, max=INT_MAX, help="Only the first N jobs.")
+    ] = None,
     window: Annotated[
         str | None, typer.Option(help="START:END submit window, e.g. 0:7d or 2h:36h.")
     ] = None,
@@ -49,9 +52,11 @@ def run_cmd(
         float, typer.Option(min=0.0, max=1.0, help="Fraction of jobs made elastic (seeded).")
     ] = 0.0,
     tick: Annotated[
-        float, typer.Option(min=1.0, help="Seconds between introspective passes.")
+        float, typer.Option(min=1.0, max=PERIOD_MAX, help="Seconds between introspective passes.")
     ] = 60.0,
-    seed: Annotated[int, typer.Option(help="Seed for model and elastic draws.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=INT_MAX, help="Seed for model and elastic draws.")
+    ] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate POLICY on TRACE and compare it with a baseline, side by side."""
@@ -77,6 +82,7 @@ def run_cmd(
             elastic=elastic_speedup,
         )
     )
+    check_text(str(trace), "TRACE", limit=TEXT_MAX)
     if compare == policy:
         raise UsageError("--compare must name a different policy than --policy")
     request = SimRequest(

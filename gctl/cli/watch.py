@@ -7,12 +7,14 @@ from typing import Annotated
 import typer
 
 from gctl.cli.context import store
+from gctl.limits import PERIOD_MAX
 
 
 def watch(
     ctx: typer.Context,
     interval: Annotated[
-        float, typer.Option("--interval", min=0.2, help="Seconds between refreshes.")
+        float,
+        typer.Option("--interval", min=0.2, max=PERIOD_MAX, help="Seconds between refreshes."),
     ] = 2.0,
     readonly: Annotated[
         bool, typer.Option("--readonly", help="Only look: every action is disabled.")

@@ -10,6 +10,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
 from gctl import config
+from gctl.limits import TEXT_MAX, check_text
 from gctl.services.reader import require_head
 from gctl.store import schema
 from gctl.store.engine import StoreError, make_engine, parse_url, sqlite_path
@@ -33,6 +34,7 @@ class Store:
 def connect(db: str | None = None) -> Store:
     """The store named by ``--db``, the environment, config files or the default."""
     settings = config.resolve(db)
+    check_text(settings.db, f"database (from {settings.db_source})", limit=TEXT_MAX)
     url = parse_url(settings.db)
     try:
         engine = make_engine(url)

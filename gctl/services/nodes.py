@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.config import DEFAULT_WORK_DIR
+from gctl.limits import NAME_MAX, SPEC_ITEMS_MAX, TEXT_MAX, check_int, check_text, shown
 from gctl.services import events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
@@ -32,9 +33,9 @@ from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 DEFAULT_SSH_PORT = 22
 HEARTBEAT_TIMEOUT = 60.0
 """Seconds without an answer after which a node is shown as not responding."""
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_EMULATE = re.compile(r"^(\d{1,2})\s*[xX]\s*(\S+)$")
-_FINGERPRINT = re.compile(r"^SHA256:[A-Za-z0-9+/]{43}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_EMULATE = re.compile(r"([0-9]{1,2})\s*[xX]\s*(\S+)")
+_FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 """One label of a host name, after IDNA (``_`` too: ``~/.ssh/config`` aliases may have it)."""
 _ADMIN = {"drain": "drain", "undrain": "up", "down": "down", "resume": "up"}
@@ -139,16 +140,16 @@ def parse_emulated(text: str) -> list[GpuRow]:
                 raise ClusterSpecError(f"describes {len(found)} nodes; give exactly one")
             gpus = found[0].gpus
         else:
-            m = _EMULATE.match(text.strip())
+            m = _EMULATE.fullmatch(text.strip())
             if m is None:
                 raise ServiceError(
-                    f"--emulate-gpus {text!r}: expected COUNTxTYPE-MEMORY (e.g. 4xV100-16GB)"
+                    f"--emulate-gpus {shown(text)}: expected COUNTxTYPE-MEMORY (e.g. 4xV100-16GB)"
                     " or a .toml file"
                 )
             model, memory_mb = parse_gpu_kind(m.group(2))
             gpus = node_gpus(int(m.group(1)), gpu_type=model, memory_mb=memory_mb)
     except ClusterSpecError as exc:
-        raise ServiceError(f"--emulate-gpus {text!r}: {exc}") from None
+        raise ServiceError(f"--emulate-gpus {shown(text)}: {exc}") from None
     return [
         GpuRow(
             index=g.index,
@@ -165,8 +166,10 @@ def parse_emulated(text: str) -> list[GpuRow]:
 
 def check_name(name: str) -> str:
     """A node name: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit."""
-    if not _NAME.match(name):
-        raise ServiceError(f"node name {name!r}: use letters, digits, '.', '_' or '-' (max 63)")
+    if not _NAME.fullmatch(name):
+        raise ServiceError(
+            f"node name {shown(name)}: use letters, digits, '.', '_' or '-' (max 63)"
+        )
     return name
 
 
@@ -186,11 +189,19 @@ def add_node(
     """Record a new node with the host key fingerprint the operator confirmed."""
     check_name(name)
     check_fingerprint(host_key_fingerprint)
+    for value, flag, limit in (
+        (ssh_user, "--user", NAME_MAX),
+        (key_path, "--key", TEXT_MAX),
+        (docker_host, "--docker-host", NAME_MAX),
+        (work_dir, "--work-dir", TEXT_MAX),
+        (emulate_gpus, "--emulate-gpus", TEXT_MAX),
+    ):
+        if value is not None:
+            check_text(value, flag, limit=limit)
     if work_dir is not None and not work_dir.startswith("/"):
-        raise ServiceError(f"--work-dir {work_dir!r}: give an absolute path on the host")
+        raise ServiceError(f"--work-dir {shown(work_dir)}: give an absolute path on the host")
     check_host(host)
-    if not 1 <= port <= 65535:
-        raise ServiceError(f"--port {port}: must be 1..65535")
+    check_int(port, "--port", high=65535)
     gpus = parse_emulated(emulate_gpus) if emulate_gpus else []
     for gpu in gpus:  # stable ids for labels and job env, plainly not NVIDIA's
         gpu.uuid = f"GPU-emulated-{name}-{gpu.index}"
@@ -230,9 +241,11 @@ def check_host(host: str) -> str:
     except ValueError:
         pass
     bad = ServiceError(
-        f"--host {host!r}: not an IP address or a host name"
+        f"--host {shown(host)}: not an IP address or a host name"
         " (letters, digits, '-' and '_' between single dots)"
     )
+    if len(host) > NAME_MAX:
+        raise bad
     try:
         name = host.encode("idna").decode("ascii")
     except UnicodeError:
@@ -247,9 +260,9 @@ def check_host(host: str) -> str:
 
 def check_fingerprint(text: str) -> str:
     """An OpenSSH ``SHA256:`` host key fingerprint, as ``ssh-keygen -lf`` prints it."""
-    if not _FINGERPRINT.match(text):
+    if not _FINGERPRINT.fullmatch(text):
         raise ServiceError(
-            f"--host-key-fingerprint {text!r}: expected SHA256:<43 base64 characters>,"
+            f"--host-key-fingerprint {shown(text)}: expected SHA256:<43 base64 characters>,"
             " as 'ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub' prints on the host"
         )
     return text
@@ -290,7 +303,7 @@ def named_rows(s: Session, names: list[str] | None) -> list[NodeRow]:
     """The named nodes (default: all) by name, GPUs loaded; NotFound for a name not stored."""
     q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
     if names:
-        q = q.where(NodeRow.name.in_(names))
+        q = q.where(NodeRow.name.in_(check_names(names)))
     rows = list(s.scalars(q))
     _check_all_found(names, [r.name for r in rows])
     return rows
@@ -318,6 +331,8 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
         raise ServiceError(f"unknown node action {action!r}")
     if action in ("drain", "down") and not (reason and reason.strip()):
         raise ServiceError(f"--reason: give a reason to {action} a node")
+    if reason is not None:
+        check_text(reason, "--reason", limit=TEXT_MAX)
     with transaction(store.engine, write=True) as s:
         row = _get(s, name)
         if action == "undrain" and row.admin_state != "drain":
@@ -346,16 +361,25 @@ def remove_node(store: Store, name: str) -> None:
 
 
 def _get(s: Session, name: str) -> NodeRow:
+    check_text(name, "node name")
     row = s.scalar(select(NodeRow).options(selectinload(NodeRow.gpus)).where(NodeRow.name == name))
     if row is None:
-        raise NotFound(f"unknown node {name!r}")
+        raise NotFound(f"unknown node {shown(name)}")
     return row
+
+
+def check_names(names: list[str]) -> list[str]:
+    """Names to look nodes up by: what a name may be (see :mod:`gctl.limits`), and not too many."""
+    check_int(len(names), "number of node names", high=SPEC_ITEMS_MAX)
+    for name in names:
+        check_text(name, "node name")
+    return names
 
 
 def _check_all_found(asked: list[str] | None, found: list[str]) -> None:
     missing = sorted(set(asked or ()) - set(found))
     if missing:
-        raise NotFound(f"unknown node {missing[0]!r}")
+        raise NotFound(f"unknown node {shown(missing[0])}")
 
 
 def views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:

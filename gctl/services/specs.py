@@ -3,6 +3,7 @@
 Every check raises :class:`SpecError` naming the field, so ``gctl submit``
 says exactly what is wrong in one line. Text (command arguments, env
 values, names) is kept byte for byte; nothing here is ever given to a shell.
+Sizes and numbers are held to :mod:`gctl.limits`, whatever the store.
 """
 
 from __future__ import annotations
@@ -12,19 +13,33 @@ import json
 import posixpath
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gctl.hosts.emulated import EMULATED_UTIL_ENV, GPU_DIR_IN_CONTAINER, declared_util
 from gctl.hosts.mounts import Mount
+from gctl.limits import (
+    BATCH_BYTES_MAX,
+    GPU_MEM_MAX_MB,
+    GPUS_MAX,
+    NAME_MAX,
+    SPEC_BYTES_MAX,
+    SPEC_ITEMS_MAX,
+    TEXT_MAX,
+    LimitError,
+    check_int,
+    check_text,
+    shown,
+)
 
 PRIORITIES = ("low", "normal", "high")
 CLASSES = ("production", "opportunistic")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEM = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?$", re.IGNORECASE)
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEM = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+_ELASTIC = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
 _MEM_MB = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}
 RESERVED_TARGETS = ("/gctl", GPU_DIR_IN_CONTAINER)
 """Container paths gctl mounts itself: the job directory (``engine.JOB_DIR_IN_CONTAINER``,
@@ -53,37 +68,35 @@ class JobRequest:
     profile: str | None = None
 
 
-def _text(value: str, what: str) -> str:
-    """``value`` unchanged if a container can be given it: no NUL, encodable as UTF-8."""
-    if "\x00" in value:
-        raise SpecError(f"{what}: NUL characters are not allowed")
+def _text(value: str, what: str, limit: int = TEXT_MAX) -> str:
+    """``value`` unchanged if a container can be given it: no NUL, UTF-8, within ``limit``."""
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        why = "not valid UTF-8 text (undecodable bytes or a lone surrogate)"
-        raise SpecError(f"{what}: {why}") from None
-    return value
+        return check_text(value, what, limit=limit)
+    except LimitError as exc:
+        raise SpecError(str(exc)) from None
 
 
-def _no_control(value: str, what: str) -> str:
-    _text(value, what)
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+def _no_control(value: str, what: str, limit: int = NAME_MAX) -> str:
+    """Like :func:`_text`, and without control characters (C0, DEL, C1)."""
+    _text(value, what, limit)
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
         raise SpecError(f"{what}: control characters are not allowed")
     return value
 
 
 def check_image(image: str) -> str:
     """A container image reference (no spaces or shell characters)."""
-    if not _IMAGE.fullmatch(image):
-        raise SpecError(f"--image {image!r}: not a valid image reference")
+    if len(image) > TEXT_MAX or not _IMAGE.fullmatch(image):
+        raise SpecError(f"--image {shown(image)}: not a valid image reference")
     return image
 
 
 def check_gpus(gpus: int) -> int:
-    """A GPU count of at least 1."""
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise SpecError(f"--gpus {gpus!r}: must be a whole number >= 1")
-    return gpus
+    """A GPU count from 1 to :data:`~gctl.limits.GPUS_MAX`."""
+    try:
+        return check_int(gpus, "--gpus", high=GPUS_MAX)
+    except LimitError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def check_choice(value: str, choices: tuple[str, ...], flag: str) -> str:
@@ -96,60 +109,72 @@ def check_choice(value: str, choices: tuple[str, ...], flag: str) -> str:
 
 def parse_gpu_mem(text: str) -> int:
     """GPU memory such as ``8G``, ``16GiB`` or ``512M``, in MiB."""
-    m = _MEM.match(text.strip()) if isinstance(text, str) else None
+    m = _MEM.fullmatch(text.strip()) if isinstance(text, str) and len(text) <= 64 else None
     if m is None:
-        raise SpecError(f"--gpu-mem {text!r}: expected a size such as 8G, 16GiB or 512M")
+        raise SpecError(f"--gpu-mem {shown(text)}: expected a size such as 8G, 16GiB or 512M")
     unit = (m.group(2) or "m")[0].lower()
-    mb = round(float(m.group(1)) * _MEM_MB[unit])
-    if mb < 1:
-        raise SpecError(f"--gpu-mem {text!r}: must be at least 1M")
+    mb = round(min(float(m.group(1)), 1e18) * _MEM_MB[unit])  # 1e18: no round(inf)
+    if not 1 <= mb <= GPU_MEM_MAX_MB:
+        raise SpecError(f"--gpu-mem {shown(text)}: must be from 1M to {GPU_MEM_MAX_MB >> 20}T")
     return mb
 
 
 def parse_elastic(text: str, gpus: int) -> tuple[int, int]:
     """``MIN:MAX`` GPUs for an elastic job; the range must contain ``--gpus``."""
-    lo_s, sep, hi_s = text.partition(":")
-    if not sep or not lo_s.isdigit() or not hi_s.isdigit():
-        raise SpecError(f"--elastic {text!r}: expected MIN:MAX, e.g. 1:4")
-    lo, hi = int(lo_s), int(hi_s)
-    if not 1 <= lo <= gpus <= hi:
-        raise SpecError(f"--elastic {text!r}: need 1 <= MIN <= --gpus ({gpus}) <= MAX")
+    m = _ELASTIC.fullmatch(text)
+    if m is None:
+        raise SpecError(f"--elastic {shown(text)}: expected MIN:MAX, e.g. 1:4")
+    lo, hi = int(m.group(1)), int(m.group(2))
+    if not 1 <= lo <= gpus <= hi <= GPUS_MAX:
+        raise SpecError(
+            f"--elastic {shown(text)}: need 1 <= MIN <= --gpus ({gpus}) <= MAX <= {GPUS_MAX}"
+        )
     return lo, hi
+
+
+def check_env_key(key: str, what: str) -> str:
+    """An environment variable's name: letters, digits and ``_``, not starting with a digit."""
+    if len(key) > NAME_MAX or not _ENV_KEY.fullmatch(key):
+        raise SpecError(f"{what}: expected KEY=VALUE with KEY a shell-style name")
+    return key
 
 
 def parse_env(text: str) -> tuple[str, str]:
     """``KEY=VALUE``; the value is kept exactly as typed."""
     key, sep, value = text.partition("=")
-    if not sep or not _ENV_KEY.match(key):
-        raise SpecError(f"--env {text!r}: expected KEY=VALUE with KEY a shell-style name")
-    _text(value, f"--env {text!r}")
+    what = f"--env {shown(text)}"
+    if not sep:
+        raise SpecError(f"{what}: expected KEY=VALUE with KEY a shell-style name")
+    check_env_key(key, what)
+    _text(value, what, SPEC_BYTES_MAX)
     if key == EMULATED_UTIL_ENV:
         try:
             declared_util(value)
         except ValueError as exc:
-            raise SpecError(f"--env {text!r}: {exc}") from None
+            raise SpecError(f"{what}: {exc}") from None
     return key, value
 
 
 def parse_mount(text: str) -> Mount:
     """``SRC:DST[:ro|rw]`` with absolute paths; DST is not ``/`` nor gctl's own (reserved)."""
+    what = f"--mount {shown(text)}"
     parts = text.split(":")
     if len(parts) not in (2, 3) or not all(parts[:2]):
-        raise SpecError(f"--mount {text!r}: expected SRC:DST or SRC:DST:ro")
+        raise SpecError(f"{what}: expected SRC:DST or SRC:DST:ro")
     mode = parts[2] if len(parts) == 3 else "rw"
     if mode not in ("ro", "rw"):
-        raise SpecError(f"--mount {text!r}: mode must be ro or rw")
+        raise SpecError(f"{what}: mode must be ro or rw")
     src, dst = parts[0], parts[1]
     for path in (src, dst):
-        _no_control(path, f"--mount {text!r}")
+        _no_control(path, what, TEXT_MAX)
         if not path.startswith("/"):
-            raise SpecError(f"--mount {text!r}: {path!r} is not an absolute path")
+            raise SpecError(f"{what}: {shown(path)} is not an absolute path")
     target = _in_container(dst)
     if target == "/":
-        raise SpecError(f"--mount {text!r}: cannot mount over the container's root /")
+        raise SpecError(f"{what}: cannot mount over the container's root /")
     for reserved in RESERVED_TARGETS:
         if target == reserved or target.startswith(reserved + "/"):
-            raise SpecError(f"--mount {text!r}: {reserved} is reserved by gctl in the container")
+            raise SpecError(f"{what}: {reserved} is reserved by gctl in the container")
     return Mount(src, dst, mode == "ro")
 
 
@@ -158,17 +183,31 @@ def _in_container(dst: str) -> str:
     return posixpath.normpath("/" + dst.lstrip("/"))
 
 
+def _bounded(items: Sequence[str], what: str, nbytes: int = 0) -> None:
+    """At most :data:`~gctl.limits.SPEC_ITEMS_MAX` items and ``SPEC_BYTES_MAX`` bytes in all."""
+    if len(items) > SPEC_ITEMS_MAX:
+        raise SpecError(f"{what}: {len(items):,} items, more than the {SPEC_ITEMS_MAX:,} allowed")
+    if nbytes > SPEC_BYTES_MAX:
+        raise SpecError(f"{what}: {nbytes:,} bytes, more than the {SPEC_BYTES_MAX:,} allowed")
+
+
 def check_command(command: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """A command to exec: a non-empty program, then arguments; each kept byte for byte."""
     if not command:
         raise SpecError("command: give the command to run after --")
     if not command[0]:
         raise SpecError("command: the program to run (the first argument) is empty")
-    return tuple(_text(arg, f"command: argument {i}") for i, arg in enumerate(command, 1))
+    _bounded(command, "command")
+    argv = tuple(
+        _text(arg, f"command: argument {i}", SPEC_BYTES_MAX) for i, arg in enumerate(command, 1)
+    )
+    _bounded(argv, "command", sum(len(arg.encode()) + 1 for arg in argv))
+    return argv
 
 
 def check_mounts(mounts: list[str] | tuple[str, ...]) -> tuple[Mount, ...]:
     """``--mount`` values, no two onto the same target (Docker refuses duplicate mount points)."""
+    _bounded(mounts, "--mount")
     parsed = tuple(parse_mount(m) for m in mounts)
     seen: set[str] = set()
     for mount in parsed:
@@ -177,6 +216,19 @@ def check_mounts(mounts: list[str] | tuple[str, ...]) -> tuple[Mount, ...]:
             raise SpecError(f"--mount: two mounts onto {target}")
         seen.add(target)
     return parsed
+
+
+def check_env(env: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``--env`` values as a mapping (a later value of a key wins), within the spec's limits."""
+    _bounded(env, "--env")
+    parsed = dict(parse_env(e) for e in env)
+    _bounded(env, "--env", sum(len(k.encode()) + len(v.encode()) + 2 for k, v in parsed.items()))
+    return parsed
+
+
+def default_name(command: tuple[str, ...]) -> str:
+    """A job's name when none is given: its program's base name, cut to a name's length."""
+    return command[0].rsplit("/", 1)[-1][:NAME_MAX]
 
 
 def build(
@@ -196,17 +248,20 @@ def build(
 ) -> JobRequest:
     """Check every field of a job spec given as flag-style strings."""
     gpus = check_gpus(gpus)
+    image = check_image(image)
+    argv = check_command(command)
+    _bounded(datasets, "--dataset")
     return JobRequest(
-        image=check_image(image),
-        command=check_command(command),
+        image=image,
+        command=argv,
         gpus=gpus,
-        name=_no_control(name, "--name"),
+        name=_no_control(name, "--name") or default_name(argv),
         priority=check_choice(priority, PRIORITIES, "--priority"),
         job_class=check_choice(job_class, CLASSES, "--class"),
         elastic=parse_elastic(elastic, gpus) if elastic else None,
         gpu_mem_mb=parse_gpu_mem(gpu_mem) if gpu_mem else None,
         datasets=tuple(_no_control(d, "--dataset") for d in datasets),
-        env=dict(parse_env(e) for e in env),
+        env=check_env(env),
         mounts=check_mounts(mounts),
         profile=_no_control(profile, "--profile") if profile else None,
     )
@@ -254,7 +309,10 @@ def from_mapping(data: Any, where: str) -> JobRequest:
             elastic=data.get("elastic"),
             gpu_mem=str(data["gpu_mem"]) if "gpu_mem" in data else None,
             datasets=[_str_item(d, where, "datasets") for d in data.get("datasets", [])],
-            env=[f"{k}={_str_item(v, where, 'env')}" for k, v in data.get("env", {}).items()],
+            env=[
+                f"{check_env_key(k, f'env key {shown(k)}')}={_str_item(v, where, 'env')}"
+                for k, v in data.get("env", {}).items()
+            ],
             mounts=[_str_item(m, where, "mounts") for m in data.get("mounts", [])],
             profile=data.get("profile"),
         )
@@ -269,37 +327,55 @@ def _str_item(value: Any, where: str, key: str) -> str:
 
 
 def read_batch(path: Path) -> Iterator[JobRequest]:
-    """Job specs from a file: JSON lines, a JSON array, or TOML ``[[job]]`` tables."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = exc.object.count(b"\n", 0, exc.start) + 1
-        raise SpecError(f"{path}:{lineno}: not valid UTF-8 text") from None
+    """Job specs from a file: JSON lines, a JSON array, or TOML ``[[job]]`` tables.
+
+    The file must be UTF-8 text of at most :data:`~gctl.limits.BATCH_BYTES_MAX`
+    bytes; a document nested deeper than the parser can follow (a job spec
+    needs three levels) is refused like any other that does not parse.
+    """
+    text = _batch_text(path)
     if path.suffix == ".toml":
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecError(f"{path}: {exc}") from None
+        doc = _parsed(tomllib.loads, text, str(path))
         extra = sorted(set(doc) - {"job"})
         if extra:
-            raise SpecError(f"{path}: unknown top-level key {extra[0]!r} (use [[job]] tables)")
+            raise SpecError(f"{path}: unknown top-level key {shown(extra[0])} (use [[job]] tables)")
         for i, entry in enumerate(doc.get("job", []), 1):
             yield from_mapping(entry, f"{path}: job {i}")
         return
     stripped = text.lstrip()
     if stripped.startswith("["):
-        try:
-            entries = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}: {exc}") from None
-        for i, entry in enumerate(entries, 1):
+        for i, entry in enumerate(_parsed(json.loads, text, str(path)), 1):
             yield from_mapping(entry, f"{path}: job {i}")
         return
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}:{lineno}: {exc.msg}") from None
-        yield from_mapping(entry, f"{path}:{lineno}")
+        yield from_mapping(_parsed(json.loads, line, f"{path}:{lineno}"), f"{path}:{lineno}")
+
+
+def _batch_text(path: Path) -> str:
+    """A batch file's text: UTF-8, at most ``BATCH_BYTES_MAX`` bytes (never read further)."""
+    with path.open("rb") as fh:
+        data = fh.read(BATCH_BYTES_MAX + 1)
+    if len(data) > BATCH_BYTES_MAX:
+        raise SpecError(f"{path}: larger than {BATCH_BYTES_MAX >> 20} MiB; split it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(f"{path}:{lineno}: not valid UTF-8 text") from None
+
+
+def _parsed(parse: Callable[[str], Any], text: str, where: str) -> Any:
+    """``parse(text)``; what it cannot parse, however deep or big, is a SpecError for ``where``.
+
+    JSON and TOML parsers raise ValueError (their own errors, an integer of
+    more than 4,300 digits) or RecursionError (nesting past the interpreter's
+    depth).
+    """
+    try:
+        return parse(text)
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to be a job spec") from None
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None

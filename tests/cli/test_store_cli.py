@@ -383,6 +383,24 @@ def test_bad_input_is_one_line_exit_1_and_changes_nothing(
             '{"image": "i", "command": ["\udcff"], "gpus": 1}',
             "bytes.jsonl:2: not valid UTF-8",
         ),
+        (
+            "envkey.jsonl",
+            '{"image": "i", "command": ["x"], "gpus": 1, "env": {"A=B": "1"}}',
+            "envkey.jsonl:2: env key 'A=B': expected KEY=VALUE with KEY a shell-style name",
+        ),
+        ("deep.json", "[" * 1001 + "]" * 1001, "deep.json: nested too deeply to be a job spec"),
+        ("deep.jsonl", '{"env": ' + "[" * 5000 + "]" * 5000 + "}", "deep.jsonl:2: nested too"),
+        ("deep.toml", "job = " + "[" * 5000 + "]" * 5000, "deep.toml: nested too deeply"),
+        (
+            "bigint.jsonl",
+            '{"image": "i", "command": ["x"], "gpus": ' + "9" * 5000 + "}",
+            "Exceeds the limit (4300 digits)",
+        ),
+        (
+            "huge.toml",
+            '[[job]]\nimage = "i"\ncommand = ["x"]\ngpus = 2147483648\n',
+            "job 1: --gpus 2147483648: must be a whole number from 1 to 65,536",
+        ),
     ],
 )
 def test_batch_files_refuse_specs_that_can_never_run(
@@ -456,7 +474,7 @@ def test_random_flag_values_never_crash_and_never_half_store(
 )
 @given(argv=st.lists(TEXT, min_size=1, max_size=5).filter(lambda a: a[0] != ""), name=TEXT)
 def test_text_is_stored_byte_for_byte(gdb: Path, argv: list[str], name: str) -> None:
-    clean_name = "".join(c for c in name if ord(c) >= 32 and ord(c) != 127)
+    clean_name = "".join(c for c in name if ord(c) >= 32 and not 127 <= ord(c) < 160)
     job = int(ok("submit", "--parsable", "--image", "i", "--name", clean_name, "--", *argv))
     shown = json.loads(ok("show", "job", str(job), "--json"))
     assert shown["spec"]["command"] == argv
