@@ -50,7 +50,19 @@ def test_committed_scripts_are_current(tmp_path: Path) -> None:
         assert fresh == committed, f"{rel} is out of date; run: {REGENERATE}\n{diff}"
 
 
-NODE_COMMANDS = {"add", "ls", "show", "drain", "undrain", "down", "resume", "rm", "probe", "top"}
+NODE_COMMANDS = {
+    "add",
+    "ls",
+    "show",
+    "drain",
+    "undrain",
+    "down",
+    "resume",
+    "rm",
+    "rekey",
+    "probe",
+    "top",
+}
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 
@@ -16,6 +16,9 @@ from gctl.cli import render
 from gctl.cli.context import JsonOpt, store
 from gctl.cli.errors import UsageError
 from gctl.config import DEFAULT_WORK_DIR
+
+if TYPE_CHECKING:
+    from gctl.hosts.ssh import HostKey
 
 app = typer.Typer(help="Register nodes, list them (sinfo-like), drain, down, resume, remove.")
 
@@ -53,7 +56,9 @@ def add(
     """
     from gctl.services import nodes
 
-    fingerprint = host_key_fingerprint or _confirm_host_key(name, host, port, user, key)
+    if host_key_fingerprint is None:
+        scanned = nodes.scan_host_key(name, host, port=port, ssh_user=user, key_path=key)
+        host_key_fingerprint = _confirm_host_key(name, f"{host}:{port}", scanned)
     view = nodes.add_node(
         store(ctx),
         name,
@@ -62,7 +67,7 @@ def add(
         ssh_user=user,
         key_path=key,
         emulate_gpus=emulate_gpus,
-        host_key_fingerprint=fingerprint,
+        host_key_fingerprint=host_key_fingerprint,
         docker_host=docker_host,
         work_dir=work_dir,
     )
@@ -72,12 +77,8 @@ def add(
         render.message(f"node {view.name} added ({view.gpus_total} GPUs: {view.gpu_kinds})")
 
 
-def _confirm_host_key(name: str, host: str, port: int, user: str | None, key: str | None) -> str:
-    """Show the host's key and return its fingerprint once the operator accepts it."""
-    from gctl.services import nodes
-
-    shown = nodes.scan_host_key(name, host, port=port, ssh_user=user, key_path=key)
-    where = f"{host}:{port}"
+def _confirm_host_key(name: str, where: str, shown: HostKey) -> str:
+    """Show the key node ``name``'s host (at ``where``) presents; its fingerprint once accepted."""
     if not sys.stdin.isatty():
         raise UsageError(
             f"{name}: {where} presents {shown.key_type} key {shown.fingerprint}; check it on the"
@@ -162,6 +163,40 @@ def rm(
 
     nodes.remove_node(store(ctx), name)
     render.message(f"node {name} removed")
+
+
+@app.command("rekey")
+def rekey(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Node name.")],
+    host_key_fingerprint: Annotated[
+        str | None,
+        typer.Option(help="The host's new key's SHA256:... fingerprint (default: scan and ask)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Accept a node's deliberately changed SSH host key (a reinstall), even while it runs jobs.
+
+    Without --host-key-fingerprint, gctl connects, shows the key the host
+    presents now and asks you to confirm it (on a terminal); anywhere else
+    it stops and tells you the fingerprint to check and pass. The change is
+    recorded as a node.rekey event with both fingerprints.
+    """
+    from gctl.services import nodes
+
+    st = store(ctx)
+    if host_key_fingerprint is None:
+        view = nodes.show_node(st, name)  # an unknown node is refused before any host is reached
+        scanned = nodes.scan_node_key(st, name)
+        host_key_fingerprint = _confirm_host_key(name, f"{view.host}:{view.port}", scanned)
+    new = host_key_fingerprint
+    old = nodes.rekey_node(st, name, new)
+    if json_out:
+        render.emit_json({"node": name, "old": old, "new": new, "changed": old != new})
+    elif old == new:
+        render.message(f"node {name} already has host key {new}; nothing changed")
+    else:
+        render.message(f"node {name}: host key {old or '(none)'} -> {new}")
 
 
 @app.command("probe")

@@ -26,7 +26,7 @@ from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_cluster, pa
 from gctl.store.engine import transaction
 
 if TYPE_CHECKING:
-    from gctl.hosts.ssh import HostKey
+    from gctl.hosts.ssh import HostKey, Target
 
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 
@@ -278,17 +278,54 @@ def scan_host_key(
 ) -> HostKey:
     """The SSH host key a host presents, to show the operator before it is trusted."""
     # Imported here: paramiko costs every other command 0.15 s of start-up.
-    from gctl.hosts.ssh import HostError, Pool, Target
+    from gctl.hosts.ssh import Target
 
     check_name(name)
     check_host(host)
+    return _scan(Target(node=name, host=host, port=port, user=ssh_user, key_path=key_path))
+
+
+def scan_node_key(store: Store, name: str) -> HostKey:
+    """The SSH host key a stored node's host presents now, reached as gctl always reaches it."""
+    from gctl.services.hostops import target  # hostops loads the Docker stack
+
+    with transaction(store.engine, write=False) as s:
+        reach = target(_get(s, name))
+    return _scan(reach)
+
+
+def _scan(target: Target) -> HostKey:
+    """The key ``target`` presents, without checking it or logging in."""
+    from gctl.hosts.ssh import HostError, Pool
+
     with Pool() as pool:
         try:
-            return pool.host_key(
-                Target(node=name, host=host, port=port, user=ssh_user, key_path=key_path)
-            )
+            return pool.host_key(target)
         except HostError as exc:
             raise ServiceError(str(exc)) from None
+
+
+def rekey_node(store: Store, name: str, fingerprint: str) -> str | None:
+    """Accept a node's changed SSH host key: store its fingerprint, with an event saying who.
+
+    Allowed while the node runs jobs: only how gctl checks the host changes.
+    Returns the fingerprint it replaces; when that is the same, nothing is
+    stored or recorded.
+    """
+    check_fingerprint(fingerprint)
+    with transaction(store.engine, write=True) as s:
+        row = _get(s, name)
+        old = row.host_key_fingerprint
+        if old != fingerprint:
+            row.host_key_fingerprint = fingerprint
+            events.record(
+                s,
+                "node.rekey",
+                f"node {name} host key changed: {old or '(none)'} -> {fingerprint}",
+                node=name,
+                data={"old": old, "new": fingerprint},
+            )
+        return old
 
 
 def list_nodes(
