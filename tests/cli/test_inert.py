@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import unicodedata
 from pathlib import Path
 
 import pytest
-from clikit import ok, run
+from clikit import ok, run, unsafe
 
 FP = ("--host-key-fingerprint", "SHA256:" + "A" * 43)
 TITLE = "\x1b]0;pwned\x07"
@@ -18,13 +17,6 @@ CLEAR = "\x1b[2J"
 BIDI = "evil\u202eexe.txt\u2066x\u2069"
 C1 = "\x9b2J"
 MARKUP = "[/bold] [red]x[/red] [link=http://e]y"
-
-
-def _unsafe(text: str) -> list[str]:
-    """Characters in output that could act on a terminal (line breaks apart)."""
-    return [
-        c for c in text if c != "\n" and unicodedata.category(c) in {"Cc", "Cf", "Cs", "Zl", "Zp"}
-    ]
 
 
 @pytest.fixture
@@ -49,7 +41,7 @@ def hostile(gdb: Path, tmp_path: Path) -> dict[str, int]:
 
 def _clean(*args: str) -> str:
     code, out, err = run(*args)
-    assert not _unsafe(out + err), (args, out, err)
+    assert not unsafe(out + err), (args, out, err)
     assert code == 0, err
     return out
 
@@ -101,5 +93,5 @@ def test_the_daemon_s_log_lines_are_inert(gdb: Path, monkeypatch: pytest.MonkeyP
         logging.root.handlers[:] = handlers
         for sig, handler in stops.items():
             signal.signal(sig, handler)
-    assert code == 0 and not _unsafe(err)
+    assert code == 0 and not unsafe(err)
     assert err.endswith(" gctl.daemon WARNING job 1 (\\x1b]0;pwned\\x07) failed\n")

@@ -48,6 +48,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return _new_database(request.getfixturevalue("pg_server"))
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A URL of an empty database of each kind, shared by the tests of a module."""
+    if request.param == "sqlite":
+        return str(tmp_path_factory.mktemp("db") / "gctl.db")
+    return _new_database(request.getfixturevalue("pg_server"))
+
+
 @pytest.fixture
 def pg_url(pg_server: str) -> str:
     """A URL of an empty PostgreSQL database (for what only PostgreSQL offers)."""

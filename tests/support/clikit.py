@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import unicodedata
 
 from gctl.cli.main import main
 
@@ -30,3 +31,10 @@ def ok(*args: str) -> str:
     code, out, err = run(*args)
     assert code == 0, f"gctl {' '.join(args)}: {err}"
     return out
+
+
+def unsafe(text: str) -> list[str]:
+    """The characters of printed ``text`` that could act on a terminal (line breaks apart)."""
+    return [
+        c for c in text if c != "\n" and unicodedata.category(c) in {"Cc", "Cf", "Cs", "Zl", "Zp"}
+    ]
