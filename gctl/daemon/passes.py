@@ -64,9 +64,10 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
                 continue
             util, mem = jobs_on.get(job_id, (0.0, 0))
             rate = progress_rate(report, util, mechanism)
-            s.add(
-                ProfileRow(job_id=job_id, at=at, gpu_util=util, memory_mb=mem, progress_rate=rate)
-            )
+            if rate is not None:
+                row_at = ProfileRow(job_id=job_id, at=at, gpu_util=util, memory_mb=mem)
+                row_at.progress_rate = rate
+                s.add(row_at)
             if report.uses_sdk and mechanism != MECHANISM_CHECKPOINT:
                 row = s.get(JobRow, job_id)
                 assert row is not None
@@ -79,19 +80,21 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
                 )
 
 
-def progress_rate(report: jobfiles.Report, util: float, mechanism: str | None) -> float:
+def progress_rate(report: jobfiles.Report, util: float, mechanism: str | None) -> float | None:
     """A job's progress rate: mini-batches per second from the SDK, else estimated.
 
     Without the SDK (never seen for this job, whose ``mechanism`` is not
     checkpoint) the estimate is the job's share of GPU utilisation (0..1 per
     GPU): the core only ever compares a job's rate with its own rate at
     another time, so any measure that rises and falls with its throughput
-    serves. ``gctl show job`` marks such a job's progress as estimated.
+    serves. ``gctl show job`` marks such a job's progress as estimated. An
+    SDK job that has not reported a rate yet (no step since it started) has
+    no rate: None, not 0, which would read as a job that makes no progress.
     """
     if not report.uses_sdk and mechanism != MECHANISM_CHECKPOINT:
         return util
     rate = (report.progress or {}).get("rate")
-    return float(rate) if isinstance(rate, int | float) else 0.0
+    return float(rate) if isinstance(rate, int | float) else None
 
 
 def decide_and_apply(
