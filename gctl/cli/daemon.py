@@ -86,8 +86,11 @@ def daemon(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    from gctl.services import access
+
     chosen = load_policy(policy, **parse_options(option or []))
     st = store(ctx)
+    access.operator_only(st, "gctl daemon")
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

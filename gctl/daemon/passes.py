@@ -6,11 +6,14 @@ The same core policy as ``gctl sim`` decides; only the clock and
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 
 from sqlalchemy import select, update
 
+from gctl.config import SitePolicy
 from gctl.core.decisions import Decision, Requeue
+from gctl.core.model import JobStatus
 from gctl.core.policy import Policy
 from gctl.daemon import jobfiles
 from gctl.daemon.apply import Applied, Applier
@@ -112,13 +115,49 @@ def decide_and_apply(
     return applied
 
 
-def _read(site: Site, now: float, blocked: Collection[str]) -> Snapshot:
-    """The store as the core sees it, with ``blocked`` nodes closed to new work."""
+def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, dict[int, str]]:
+    """The store as the core sees it, with ``blocked`` nodes closed to new work.
+
+    Waiting jobs of users at their limit of GPUs at once (Slurm's per-user
+    QOS limit) are left out of the pass; with them, why they wait.
+    """
     snap = read(site.store.engine, now=now)
     for name in blocked:
         if name in snap.state.nodes:
             snap.state.drain(name, BLOCKED_BY)
-    return snap
+    return snap, _over_limits(snap, site.policy, now)
+
+
+def _over_limits(snap: Snapshot, policy: SitePolicy, now: float) -> dict[int, str]:
+    """Leave out the waiting jobs that would take a user past ``max_gpus``; why, by row id."""
+    state = snap.state
+    held: Counter[str] = Counter()
+    for js in state.jobs.values():
+        held[js.spec.user] += len(js.gpus)
+    out: dict[int, str] = {}
+    for js in sorted(state.jobs.values(), key=lambda j: j.seq):
+        if js.gpus or js.status is not JobStatus.PENDING:
+            continue
+        most = policy.limits_for(js.spec.user).max_gpus
+        if not most:
+            continue
+        if held[js.spec.user] + js.spec.gpus > most:
+            state.finish(js.id, now)
+            why = f"user {js.spec.user} at the limit of {most} GPUs at once (QOSMaxGRESPerUser)"
+            out[snap.job_ids[js.id]] = why
+        else:
+            held[js.spec.user] += js.spec.gpus
+    return out
+
+
+def _limited(site: Site, waiting: dict[int, str]) -> None:
+    """Record why jobs over their user's limit wait (only where the reason changes)."""
+    if not waiting:
+        return
+    with transaction(site.store.engine, write=True) as s:
+        for row in s.scalars(select(JobRow).where(JobRow.id.in_(sorted(waiting)))):
+            if row.reason != waiting[row.id] and row.state == "PENDING":
+                row.reason = waiting[row.id]
 
 
 def reactive_pass(
@@ -138,7 +177,8 @@ def reactive_pass(
     collection during it walks them all.
     """
     with gc_paused():
-        snap = _read(site, now, blocked)
+        snap, waiting = _read(site, now, blocked)
+        _limited(site, waiting)
         requeued: list[Decision] = [
             Requeue(j, "its node is down; requeued from its last checkpoint") for j in snap.requeued
         ]
@@ -155,7 +195,7 @@ def introspective_pass(
     blocked: Collection[str] = (),
 ) -> Applied:
     """The policy's periodic pass: time slicing, packing, migration, defragmentation, resizing."""
-    snap = _read(site, now, blocked)
+    snap, _ = _read(site, now, blocked)
     if not policy.wants_introspection(snap.state):
         return Applied()
     return decide_and_apply(

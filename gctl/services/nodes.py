@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.config import DEFAULT_WORK_DIR
-from gctl.services import events
+from gctl.services import access, events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_cluster, parse_gpu_kind
@@ -184,6 +184,7 @@ def add_node(
     work_dir: str | None = None,
 ) -> NodeView:
     """Record a new node with the host key fingerprint the operator confirmed."""
+    access.operator_only(store, "gctl node add")
     check_name(name)
     check_fingerprint(host_key_fingerprint)
     if work_dir is not None and not work_dir.startswith("/"):
@@ -316,13 +317,13 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
     """``drain``, ``undrain``, ``down`` or ``resume`` a node, recording reason, user and time."""
     if action not in _ADMIN:
         raise ServiceError(f"unknown node action {action!r}")
+    user = access.operator_only(store, f"gctl node {action}").name
     if action in ("drain", "down") and not (reason and reason.strip()):
         raise ServiceError(f"--reason: give a reason to {action} a node")
     with transaction(store.engine, write=True) as s:
         row = _get(s, name)
         if action == "undrain" and row.admin_state != "drain":
             raise ServiceError(f"node {name} is not drained (it is {row.admin_state})")
-        user = events.current_user()
         mark(row, _ADMIN[action], reason, user, now())
         why = f": {reason}" if reason else ""
         events.record(s, f"node.{action}", f"node {name} {action}{why}", node=name, user=user)
@@ -331,6 +332,7 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
 
 def remove_node(store: Store, name: str) -> None:
     """Forget a node; refused while jobs hold its GPUs."""
+    access.operator_only(store, "gctl node rm")
     with transaction(store.engine, write=True) as s:
         row = _get(s, name)
         busy = s.scalar(
