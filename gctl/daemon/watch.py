@@ -97,61 +97,61 @@ def observe(
 ) -> Observation:
     """Look at one node (module docstring); a failure is the observation's ``error``."""
     try:
-        return _look(site, row, jobs, full, lease_timeout, began, seq)
-    except HostError as exc:
-        return Observation(
-            row.name, began, seq, full, error=str(exc).partition(": ")[2] or str(exc)
-        )
-
-
-def _look(
-    site: Site,
-    row: NodeRow,
-    jobs: list[JobHere],
-    full: bool,
-    lease_timeout: float,
-    began: float,
-    seq: int,
-) -> Observation:
-    containers = site.engine(row).owned()
-    current = {j.job_id: j for j in jobs}
-    ended = {
-        c.job_id
-        for c in containers
-        if c.job_id in current
-        and c.exit_code is not None
-        and c.attempt == current[c.job_id].attempt
-        and current[c.job_id].home
-    }
-    asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
-    dirs = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in asked}
-    reports: dict[int, jobfiles.Report] = {}
-    boot = engine = None
-    if full or dirs:
-        request: dict[str, Any] = {"dirs": list(dirs.values()), "docker": hostops.docker_argv(row)}
-        if full:
-            request["lease"] = {
-                "dir": hostops.agent_dir(row, site.store_id),
-                "store": site.store_id,
-                "timeout": lease_timeout,
+        containers = site.engine(row).owned()
+        current = {j.job_id: j for j in jobs}
+        ended = {
+            c.job_id
+            for c in containers
+            if c.job_id in current
+            and c.exit_code is not None
+            and c.attempt == current[c.job_id].attempt
+            and current[c.job_id].home
+        }
+        asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
+        dirs = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in asked}
+        reports: dict[int, jobfiles.Report] = {}
+        boot = engine = None
+        if full or dirs:
+            request: dict[str, Any] = {
+                "dirs": list(dirs.values()),
                 "docker": hostops.docker_argv(row),
             }
-        got = jobfiles.run_agent(site.pool, hostops.target(row), "observe", request)
-        summaries = got.get("reports") or {}
-        reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
-        boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
-    for job in asked:
-        report = reports.get(job.job_id)
-        if report is not None and _worth_saving(site, job, report, job.job_id in ended):
-            site.save(row, job.job_id, job.attempt)
-    sample = None
-    if full:
-        host = hostops.host(row, site.store_id)
-        sample = telemetry.sample_of(site.pool, host, list(containers))
-    attempts = {j.job_id: j.attempt for j in asked}
-    return Observation(
-        row.name, began, seq, full, None, tuple(containers), sample, reports, attempts, boot, engine
-    )
+            if full:
+                request["lease"] = {
+                    "dir": hostops.agent_dir(row, site.store_id),
+                    "store": site.store_id,
+                    "timeout": lease_timeout,
+                    "docker": hostops.docker_argv(row),
+                }
+            got = jobfiles.run_agent(site.pool, hostops.target(row), "observe", request)
+            summaries = got.get("reports") or {}
+            reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
+            boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
+        for job in asked:
+            report = reports.get(job.job_id)
+            if report is not None and _worth_saving(site, job, report, job.job_id in ended):
+                site.save(row, job.job_id, job.attempt)
+        sample = None
+        if full:
+            host = hostops.host(row, site.store_id)
+            sample = telemetry.sample_of(site.pool, host, list(containers))
+        attempts = {j.job_id: j.attempt for j in asked}
+        return Observation(
+            row.name,
+            began,
+            seq,
+            full,
+            None,
+            tuple(containers),
+            sample,
+            reports,
+            attempts,
+            boot,
+            engine,
+        )
+    except HostError as exc:
+        why = str(exc).partition(": ")[2] or str(exc)  # without the node's name
+        return Observation(row.name, began, seq, full, error=why)
 
 
 def _worth_saving(site: Site, job: JobHere, report: jobfiles.Report, ended: bool) -> bool:
