@@ -241,6 +241,8 @@ class _Loop:
             _step("reconcile", lambda: reconcile(site, watch, self.inflight, watch.unreconciled))
         _step("intents", lambda: intents.carry_out(site, self.inflight))
         decided = self.daemon.metrics.decided
+        if watch.settling:  # the first looks at every node come first
+            return
         _step(
             "reactive",
             lambda: passes.reactive_pass(

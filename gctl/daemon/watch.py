@@ -197,6 +197,8 @@ class Watch:
         self._running: dict[str, _Running] = {}
         self._next_full: dict[str, float] = {}
         self._failures: dict[str, int] = {}
+        self._since = time.monotonic()
+        self._never_seen: set[str] | None = None
         self._pool = ThreadPoolExecutor(max_workers=OBSERVERS, thread_name_prefix="gctl-watch")
 
     @property
@@ -204,9 +206,23 @@ class Watch:
         """Nodes no decision may act on now: not answering, or not reconciled yet."""
         return self.not_responding | self.unreconciled
 
+    @property
+    def settling(self) -> bool:
+        """Whether the daemon has just started and some node has not been looked at yet.
+
+        Placing meanwhile would put every waiting job on the first nodes that
+        answer; a node that does not answer within the deadline stops the wait.
+        """
+        if self._never_seen is None:
+            return True
+        self._never_seen -= set(self.latest) | self.not_responding
+        return bool(self._never_seen) and time.monotonic() - self._since < self.answer_within
+
     def look(self, nodes: Mapping[str, NodeRow], jobs: Mapping[str, list[JobHere]]) -> None:
         """Start an observation of every node that is due one and has none running."""
         mono = time.monotonic()
+        if self._never_seen is None:
+            self._never_seen = set(nodes)
         for name in nodes.keys() - self._known:
             self.unreconciled.add(name)  # first seen: reconciled before any work
         self._known = set(nodes)
