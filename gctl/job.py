@@ -179,5 +179,6 @@ def start(*, listen: bool = True) -> Run:
     """
     run = Run()
     if not (run.dir / PROGRESS_FILE).exists():
-        _write_json(run.dir / PROGRESS_FILE, {"time": time.time(), "sdk": SDK_VERSION}, sync=False)
+        first = {"step": 0, "time": time.time(), "sdk": SDK_VERSION}
+        _write_json(run.dir / PROGRESS_FILE, first, sync=False)
     return run.listen() if listen else run

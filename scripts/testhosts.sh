@@ -365,8 +365,13 @@ MaxSessions 100
 LogLevel VERBOSE
 Subsystem sftp internal-sftp
 # docker over SSH talks to this host's own engine (API pinned to the engine's
-# so that any docker CLI on PATH works with it).
-SetEnv DOCKER_HOST=unix://$h/docker.sock DOCKER_API_VERSION=$api
+# so that any docker CLI on PATH works with it). SHLVL=1 keeps bash from
+# sourcing root's ~/.bashrc for commands run over SSH (it does when SHLVL
+# is below 2): this machine's may start pyenv, whose lock a frozen or killed
+# session leaves behind, stalling every later login for a minute. A real
+# GPU host's login shell is its own business; the test hosts stand for one
+# with a plain shell.
+SetEnv DOCKER_HOST=unix://$h/docker.sock DOCKER_API_VERSION=$api SHLVL=1
 EOF
   if cmp -s "$h/sshd_config.new" "$h/sshd_config"; then
     rm -f -- "$h/sshd_config.new"

@@ -66,7 +66,7 @@ def test_only_the_final_report_says_the_work_is_done(
     progress = tmp_path / "j" / job.PROGRESS_FILE
     run = job.start()  # a first run says at once that it uses the SDK
     first = json.loads(progress.read_text())
-    assert first["sdk"] == job.SDK_VERSION and "done" not in first
+    assert (first["step"], first["sdk"]) == (0, job.SDK_VERSION) and "done" not in first
     run.step(3, 10, force=True)
     assert "done" not in json.loads(progress.read_text())
     run.step(10, 10)  # the last step: reported whatever the throttle, as done

@@ -116,8 +116,11 @@ def daemon(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    from gctl.services import access
+
     chosen = load_policy(policy, **parse_options(option or []))
     st = store(ctx)
+    access.operator_only(st, "gctl daemon")
     log = logging.StreamHandler(sys.stderr)
     log.setFormatter(_InertFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(

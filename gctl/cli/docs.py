@@ -69,6 +69,10 @@ EXIT_STATUS = [
 ENVIRONMENT = [
     ("GCTL_DB", "The database (a SQLite file or a URL) when --db is not given."),
     ("GCTL_CONFIG", "The config file to read instead of the user's."),
+    (
+        "GCTL_USER",
+        "Operators only: act for this user (recorded as them; their jobs run as them).",
+    ),
 ]
 
 FILES = [

@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from gctl.config import site_policy
 from gctl.core.placement import free_set, node_set
 from gctl.daemon import lease, moves
 from gctl.daemon.inflight import Inflight
@@ -145,7 +146,8 @@ def carry_out_unless_a_daemon_runs(
     inflight = Inflight()
     try:
         with Pool() as pool:
-            site = Site(lease.fenced(store, epoch), pool, mirror_dir(state_dir), epoch=epoch)
+            fenced = lease.fenced(store, epoch)
+            site = Site(fenced, pool, mirror_dir(state_dir), epoch=epoch, policy=site_policy())
             try:
                 carry_out(site, inflight, out)
                 inflight.wait(wait)

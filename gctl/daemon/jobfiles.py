@@ -84,13 +84,22 @@ def read_reports(pool: Pool, target: Target, dirs: list[str]) -> dict[str, Repor
     return {d: report_of(got.get(d) or {}) for d in dirs}
 
 
-def prepare(pool: Pool, target: Target, base: str, attempt: int) -> float | None:
+def prepare(
+    pool: Pool,
+    target: Target,
+    base: str,
+    attempt: int,
+    owner: str | None = None,
+    shared: list[str] | None = None,
+) -> float | None:
     """Make attempt ``attempt``'s directory under ``base`` (see the agent); its checkpoint time.
 
     An existing one is left as it is (a start tried again); a new one is
     seeded from the job's newest earlier attempt on the host, else empty.
+    It is ``owner``'s (``uid:gid``), private to them; ``shared`` directories
+    (the node's emulated GPUs) are made writable by every job.
     """
-    request = {"base": base, "attempt": attempt}
+    request = {"base": base, "attempt": attempt, "owner": owner, "shared": shared or []}
     at = run_agent(pool, target, "prepare", request).get("checkpoint_time")
     return float(at) if isinstance(at, int | float) else None
 

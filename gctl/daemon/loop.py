@@ -44,6 +44,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import selectinload
 
+from gctl.config import site_policy
 from gctl.core.policy import Policy
 from gctl.daemon import dcgm, ends, intents, jobfiles, lease, passes
 from gctl.daemon.health import Heartbeat
@@ -158,7 +159,7 @@ class Daemon:
             raise
         pool = Pool()
         inflight = Inflight()
-        site = Site(store, pool, cfg.mirror_dir, cfg.grace, epoch=epoch)
+        site = Site(store, pool, cfg.mirror_dir, cfg.grace, epoch=epoch, policy=site_policy())
         watch = Watch(
             site,
             inflight,
@@ -240,6 +241,8 @@ class _Loop:
             _step("reconcile", lambda: reconcile(site, watch, self.inflight, watch.unreconciled))
         _step("intents", lambda: intents.carry_out(site, self.inflight))
         decided = self.daemon.metrics.decided
+        if watch.settling:  # the first looks at every node come first
+            return
         _step(
             "reactive",
             lambda: passes.reactive_pass(

@@ -6,11 +6,14 @@ The same core policy as ``gctl sim`` decides; only the clock and
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 
 from sqlalchemy import select, update
 
+from gctl.config import SitePolicy
 from gctl.core.decisions import Decision, Requeue
+from gctl.core.model import JobStatus
 from gctl.core.policy import Policy
 from gctl.daemon import jobfiles
 from gctl.daemon.apply import Applied, Applier
@@ -64,9 +67,10 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
                 continue
             util, mem = jobs_on.get(job_id, (0.0, 0))
             rate = progress_rate(report, util, mechanism)
-            s.add(
-                ProfileRow(job_id=job_id, at=at, gpu_util=util, memory_mb=mem, progress_rate=rate)
-            )
+            if rate is not None:
+                row_at = ProfileRow(job_id=job_id, at=at, gpu_util=util, memory_mb=mem)
+                row_at.progress_rate = rate
+                s.add(row_at)
             if report.uses_sdk and mechanism != MECHANISM_CHECKPOINT:
                 row = s.get(JobRow, job_id)
                 assert row is not None
@@ -79,19 +83,21 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
                 )
 
 
-def progress_rate(report: jobfiles.Report, util: float, mechanism: str | None) -> float:
+def progress_rate(report: jobfiles.Report, util: float, mechanism: str | None) -> float | None:
     """A job's progress rate: mini-batches per second from the SDK, else estimated.
 
     Without the SDK (never seen for this job, whose ``mechanism`` is not
     checkpoint) the estimate is the job's share of GPU utilisation (0..1 per
     GPU): the core only ever compares a job's rate with its own rate at
     another time, so any measure that rises and falls with its throughput
-    serves. ``gctl show job`` marks such a job's progress as estimated.
+    serves. ``gctl show job`` marks such a job's progress as estimated. An
+    SDK job that has not reported a rate yet (no step since it started) has
+    no rate: None, not 0, which would read as a job that makes no progress.
     """
     if not report.uses_sdk and mechanism != MECHANISM_CHECKPOINT:
         return util
     rate = (report.progress or {}).get("rate")
-    return float(rate) if isinstance(rate, int | float) else 0.0
+    return float(rate) if isinstance(rate, int | float) else None
 
 
 def decide_and_apply(
@@ -109,13 +115,49 @@ def decide_and_apply(
     return applied
 
 
-def _read(site: Site, now: float, blocked: Collection[str]) -> Snapshot:
-    """The store as the core sees it, with ``blocked`` nodes closed to new work."""
+def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, dict[int, str]]:
+    """The store as the core sees it, with ``blocked`` nodes closed to new work.
+
+    Waiting jobs of users at their limit of GPUs at once (Slurm's per-user
+    QOS limit) are left out of the pass; with them, why they wait.
+    """
     snap = read(site.store.engine, now=now)
     for name in blocked:
         if name in snap.state.nodes:
             snap.state.drain(name, BLOCKED_BY)
-    return snap
+    return snap, _over_limits(snap, site.policy, now)
+
+
+def _over_limits(snap: Snapshot, policy: SitePolicy, now: float) -> dict[int, str]:
+    """Leave out the waiting jobs that would take a user past ``max_gpus``; why, by row id."""
+    state = snap.state
+    held: Counter[str] = Counter()
+    for js in state.jobs.values():
+        held[js.spec.user] += len(js.gpus)
+    out: dict[int, str] = {}
+    for js in sorted(state.jobs.values(), key=lambda j: j.seq):
+        if js.gpus or js.status is not JobStatus.PENDING:
+            continue
+        most = policy.limits_for(js.spec.user).max_gpus
+        if not most:
+            continue
+        if held[js.spec.user] + js.spec.gpus > most:
+            state.finish(js.id, now)
+            why = f"user {js.spec.user} at the limit of {most} GPUs at once (QOSMaxGRESPerUser)"
+            out[snap.job_ids[js.id]] = why
+        else:
+            held[js.spec.user] += js.spec.gpus
+    return out
+
+
+def _limited(site: Site, waiting: dict[int, str]) -> None:
+    """Record why jobs over their user's limit wait (only where the reason changes)."""
+    if not waiting:
+        return
+    with transaction(site.store.engine, write=True) as s:
+        for row in s.scalars(select(JobRow).where(JobRow.id.in_(sorted(waiting)))):
+            if row.reason != waiting[row.id] and row.state == "PENDING":
+                row.reason = waiting[row.id]
 
 
 def reactive_pass(
@@ -135,7 +177,8 @@ def reactive_pass(
     collection during it walks them all.
     """
     with gc_paused():
-        snap = _read(site, now, blocked)
+        snap, waiting = _read(site, now, blocked)
+        _limited(site, waiting)
         requeued: list[Decision] = [
             Requeue(j, "its node is down; requeued from its last checkpoint") for j in snap.requeued
         ]
@@ -152,7 +195,7 @@ def introspective_pass(
     blocked: Collection[str] = (),
 ) -> Applied:
     """The policy's periodic pass: time slicing, packing, migration, defragmentation, resizing."""
-    snap = _read(site, now, blocked)
+    snap, _ = _read(site, now, blocked)
     if not policy.wants_introspection(snap.state):
         return Applied()
     return decide_and_apply(

@@ -17,13 +17,14 @@ from typing import Any
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
+from gctl.config import SitePolicy
 from gctl.core.model import GpuRef
 from gctl.daemon import jobfiles
 from gctl.daemon.jobfiles import Mirror
 from gctl.hosts.engine import ContainerSpec, ContainerState, Engine
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
-from gctl.services import hostops
+from gctl.services import access, hostops
 from gctl.services.db import Store
 from gctl.store.identity import store_id
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow
@@ -54,6 +55,9 @@ class Launch:
 
     id: int
     attempt: int
+    user: str
+    uid: int | None
+    gid: int | None
     image: str
     command: list[Any]
     env: dict[str, Any]
@@ -93,9 +97,11 @@ class Site:
         grace: float = DEFAULT_GRACE,
         *,
         epoch: int = 0,
+        policy: SitePolicy | None = None,
     ):
         self.store = store
         self.pool = pool
+        self.policy = policy or SitePolicy()
         self.store_id = store_id(store.engine)
         self.mirror = Mirror(mirror_root / self.store_id)
         self.grace = grace
@@ -144,7 +150,17 @@ class Site:
         seeded from the job's newest earlier attempt there; when the
         mirror's copy holds a newer checkpoint than that, the mirror's goes
         in instead. A new job starts with an empty directory.
+
+        The site's rules are checked again first (the store may have been
+        written without gctl): a job that may not run as asked raises a
+        permanent HostError, and is held.
         """
+        mounts = tuple(Mount(**m) for m in job.mounts)
+        try:
+            access.check_mounts(mounts, self.policy)
+            user = access.container_user(job.user, job.uid, job.gid, self.policy)
+        except access.Forbidden as exc:
+            raise HostError("-", f"refused: {exc}", permanent=True) from None
         by_node: dict[str, list[int]] = defaultdict(list)
         for name, index in refs:
             by_node[name].append(index)
@@ -153,7 +169,7 @@ class Site:
             if node is None:
                 raise HostError(name, "node removed from the store")
             gpus = [g for g in node.gpus if g.index in indices]
-            self.prepare(node, job.id, job.attempt)
+            self.prepare(node, job.id, job.attempt, user)
             self.engine(node).start(
                 ContainerSpec(
                     job_id=job.id,
@@ -168,18 +184,23 @@ class Site:
                     job_dir=hostops.job_dir(node, self.store_id, job.id, job.attempt),
                     emulated=node.emulated,
                     env=dict(job.env),
-                    mounts=tuple(Mount(**m) for m in job.mounts),
+                    mounts=mounts,
                     cpuset=hostops.cpuset(gpus),
                     gpu_mem_mb=job.gpu_mem_mb,
                     emulated_dir=hostops.emulated_gpu_dir(node),
+                    user=user,
+                    network=self.policy.network,
+                    pids_limit=self.policy.pids_limit,
+                    memory_limit_mb=self.policy.memory_limit_mb,
                 )
             )
 
-    def prepare(self, node: NodeRow, job_id: int, attempt: int) -> None:
-        """Make the attempt's job directory on ``node``, with the newest checkpoint known."""
+    def prepare(self, node: NodeRow, job_id: int, attempt: int, owner: str | None = None) -> None:
+        """Make the attempt's job directory on ``node``, ``owner``'s, with the newest checkpoint."""
         target = hostops.target(node)
         base = hostops.job_base(node, self.store_id, job_id)
-        here = jobfiles.prepare(self.pool, target, base, attempt)
+        shared = [d for d in [hostops.emulated_gpu_dir(node)] if d]
+        here = jobfiles.prepare(self.pool, target, base, attempt, owner, shared)
         kept = self.mirror.checkpoint_time(job_id) if attempt > 0 else None
         if kept is not None and (here is None or here < kept):
             data = self.mirror.load(job_id)

@@ -97,61 +97,61 @@ def observe(
 ) -> Observation:
     """Look at one node (module docstring); a failure is the observation's ``error``."""
     try:
-        return _look(site, row, jobs, full, lease_timeout, began, seq)
-    except HostError as exc:
-        return Observation(
-            row.name, began, seq, full, error=str(exc).partition(": ")[2] or str(exc)
-        )
-
-
-def _look(
-    site: Site,
-    row: NodeRow,
-    jobs: list[JobHere],
-    full: bool,
-    lease_timeout: float,
-    began: float,
-    seq: int,
-) -> Observation:
-    containers = site.engine(row).owned()
-    current = {j.job_id: j for j in jobs}
-    ended = {
-        c.job_id
-        for c in containers
-        if c.job_id in current
-        and c.exit_code is not None
-        and c.attempt == current[c.job_id].attempt
-        and current[c.job_id].home
-    }
-    asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
-    dirs = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in asked}
-    reports: dict[int, jobfiles.Report] = {}
-    boot = engine = None
-    if full or dirs:
-        request: dict[str, Any] = {"dirs": list(dirs.values()), "docker": hostops.docker_argv(row)}
-        if full:
-            request["lease"] = {
-                "dir": hostops.agent_dir(row, site.store_id),
-                "store": site.store_id,
-                "timeout": lease_timeout,
+        containers = site.engine(row).owned()
+        current = {j.job_id: j for j in jobs}
+        ended = {
+            c.job_id
+            for c in containers
+            if c.job_id in current
+            and c.exit_code is not None
+            and c.attempt == current[c.job_id].attempt
+            and current[c.job_id].home
+        }
+        asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
+        dirs = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in asked}
+        reports: dict[int, jobfiles.Report] = {}
+        boot = engine = None
+        if full or dirs:
+            request: dict[str, Any] = {
+                "dirs": list(dirs.values()),
                 "docker": hostops.docker_argv(row),
             }
-        got = jobfiles.run_agent(site.pool, hostops.target(row), "observe", request)
-        summaries = got.get("reports") or {}
-        reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
-        boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
-    for job in asked:
-        report = reports.get(job.job_id)
-        if report is not None and _worth_saving(site, job, report, job.job_id in ended):
-            site.save(row, job.job_id, job.attempt)
-    sample = None
-    if full:
-        host = hostops.host(row, site.store_id)
-        sample = telemetry.sample_of(site.pool, host, list(containers))
-    attempts = {j.job_id: j.attempt for j in asked}
-    return Observation(
-        row.name, began, seq, full, None, tuple(containers), sample, reports, attempts, boot, engine
-    )
+            if full:
+                request["lease"] = {
+                    "dir": hostops.agent_dir(row, site.store_id),
+                    "store": site.store_id,
+                    "timeout": lease_timeout,
+                    "docker": hostops.docker_argv(row),
+                }
+            got = jobfiles.run_agent(site.pool, hostops.target(row), "observe", request)
+            summaries = got.get("reports") or {}
+            reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
+            boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
+        for job in asked:
+            report = reports.get(job.job_id)
+            if report is not None and _worth_saving(site, job, report, job.job_id in ended):
+                site.save(row, job.job_id, job.attempt)
+        sample = None
+        if full:
+            host = hostops.host(row, site.store_id)
+            sample = telemetry.sample_of(site.pool, host, list(containers))
+        attempts = {j.job_id: j.attempt for j in asked}
+        return Observation(
+            row.name,
+            began,
+            seq,
+            full,
+            None,
+            tuple(containers),
+            sample,
+            reports,
+            attempts,
+            boot,
+            engine,
+        )
+    except HostError as exc:
+        why = str(exc).partition(": ")[2] or str(exc)  # without the node's name
+        return Observation(row.name, began, seq, full, error=why)
 
 
 def _worth_saving(site: Site, job: JobHere, report: jobfiles.Report, ended: bool) -> bool:
@@ -197,6 +197,8 @@ class Watch:
         self._running: dict[str, _Running] = {}
         self._next_full: dict[str, float] = {}
         self._failures: dict[str, int] = {}
+        self._since = time.monotonic()
+        self._never_seen: set[str] | None = None
         self._pool = ThreadPoolExecutor(max_workers=OBSERVERS, thread_name_prefix="gctl-watch")
 
     @property
@@ -204,9 +206,23 @@ class Watch:
         """Nodes no decision may act on now: not answering, or not reconciled yet."""
         return self.not_responding | self.unreconciled
 
+    @property
+    def settling(self) -> bool:
+        """Whether the daemon has just started and some node has not been looked at yet.
+
+        Placing meanwhile would put every waiting job on the first nodes that
+        answer; a node that does not answer within the deadline stops the wait.
+        """
+        if self._never_seen is None:
+            return True
+        self._never_seen -= set(self.latest) | self.not_responding
+        return bool(self._never_seen) and time.monotonic() - self._since < self.answer_within
+
     def look(self, nodes: Mapping[str, NodeRow], jobs: Mapping[str, list[JobHere]]) -> None:
         """Start an observation of every node that is due one and has none running."""
         mono = time.monotonic()
+        if self._never_seen is None:
+            self._never_seen = set(nodes)
         for name in nodes.keys() - self._known:
             self.unreconciled.add(name)  # first seen: reconciled before any work
         self._known = set(nodes)

@@ -17,7 +17,8 @@ and a JSON answer on stdout:
     Makes an attempt's job directory unless it exists: seeded with a copy of
     the newest earlier attempt's directory on this host, else empty. Each
     attempt writes only its own directory, so a stale run (a host cut off
-    and back) can never overwrite the current attempt's checkpoint.
+    and back) can never overwrite the current attempt's checkpoint. The
+    directory belongs to the job's user (``owner``, ``uid:gid``), mode 0700.
 ``standdown``
     Tells the watchdog that the daemon stopped on purpose: jobs keep running.
 ``watchdog``
@@ -216,6 +217,17 @@ def prepare(request: dict[str, Any]) -> dict[str, Any]:
         else:
             os.makedirs(tmp)
         os.replace(tmp, target)
+    owner = request.get("owner")
+    if owner:  # the job's user's own, whatever the daemon's user left there
+        uid, gid = (int(n) for n in str(owner).split(":"))
+        for root, dirs, files in os.walk(target):
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), uid, gid)
+        os.chown(target, uid, gid)
+        os.chmod(target, 0o700)
+    for shared in request.get("shared") or []:  # every job on the node writes there
+        os.makedirs(shared, exist_ok=True)
+        os.chmod(shared, 0o1777)
     keep = int(request.get("keep", 2))
     for old in sorted(earlier)[:-keep] if keep and len(earlier) > keep else []:
         shutil.rmtree(os.path.join(base, f"a{old}"), ignore_errors=True)

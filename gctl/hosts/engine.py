@@ -82,6 +82,12 @@ class ContainerSpec:
     """The node's emulated-GPU directory (host path), shared by the jobs on emulated GPUs."""
     epoch: int = 0
     """The lease epoch of the daemon starting the container (a label, for the record)."""
+    user: str | None = None
+    """The ``uid:gid`` the job's processes run as (None: the image's own user)."""
+    network: str = "host"
+    """The container's network mode."""
+    pids_limit: int | None = None
+    """The most processes (and threads) the container may have."""
 
     @property
     def name(self) -> str:
@@ -326,6 +332,7 @@ class Engine:
                     environment=spec.environment(),
                     labels=spec.labels(),
                     host_config=config,
+                    user=spec.user or "",
                     use_config_proxy=False,
                 )
             except docker.errors.APIError as exc:
@@ -429,10 +436,12 @@ def refused_for_good(exc: docker.errors.APIError) -> bool:
 
 
 def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
-    """The Docker host config of a job container: mounts, GPUs by UUID, CPUs, host network.
+    """The Docker host config of a job container: mounts, GPUs by UUID, CPUs, the sandbox.
 
     Real GPUs are a device request to the NVIDIA runtime naming each GPU's
-    UUID; emulated GPUs request no device.
+    UUID; emulated GPUs request no device. The sandbox: never privileged, no
+    capability added, no privilege gained through setuid programs
+    (``no-new-privileges``), the site's network mode and limits.
     """
     binds: dict[str, Mapping[str, str]] = {
         m.src: {"bind": m.dst, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts
@@ -453,8 +462,11 @@ def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
             binds=binds,
             device_requests=devices,
             cpuset_cpus=spec.cpuset,
-            network_mode="host",
+            network_mode=spec.network,
             mem_limit=f"{spec.memory_limit_mb}m" if spec.memory_limit_mb else None,
+            pids_limit=spec.pids_limit,
+            privileged=False,
+            security_opt=["no-new-privileges:true"],
         )
     )
 

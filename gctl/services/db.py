@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import grp
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,11 +137,38 @@ def starter_config(store: Store, want: bool | None) -> ConfigOutcome:
     return ConfigOutcome(path, True, f"wrote config {path} (store url {store.config_url})")
 
 
+def make_private(path: Path) -> None:
+    """Create an empty SQLite store file that only operators can open, whatever the umask.
+
+    0600 for its owner; 0660 when the site's admin group exists (its
+    members are operators too), and so for a new directory above it. The
+    store holds every user's job specs, secrets among them: with SQLite,
+    the file's permissions are the only boundary (multi-user sites use
+    PostgreSQL, whose roles and row-level security divide the store).
+    """
+    try:
+        gid: int | None = grp.getgrnam(config.site_policy().admin_group).gr_gid
+    except KeyError:
+        gid = None
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700 if gid is None else 0o770, parents=True)
+        if gid is not None:
+            os.chown(path.parent, -1, gid)
+    mode = 0o600 if gid is None else 0o660
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
 def upgrade(store: Store) -> tuple[str | None, str]:
     """Bring the store to the newest schema; returns (before, after)."""
     path = sqlite_path(store.engine.url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if path is not None and not path.exists():
+        make_private(path)
     before = revision(store)
     try:
         schema.upgrade(store.engine)

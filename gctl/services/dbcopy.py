@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Table, delete, func, insert, select, text
 
-from gctl.services import db
+from gctl.services import access, db
 from gctl.services.db import Store
 from gctl.services.errors import ServiceError
 from gctl.store.engine import transaction
@@ -40,6 +40,7 @@ def copy(source: Store, target_url: str) -> Copied:
     """Copy every row of ``source`` into the empty database at ``target_url``."""
     from gctl.daemon import lease  # the daemon's lease keeps daemons off the source meanwhile
 
+    access.operator_only(source, "gctl db copy")
     target = db.connect(target_url)
     if target.url == source.url:
         raise ServiceError(f"the target {target.url} is the source itself")

@@ -18,7 +18,7 @@ from gctl.core import migration
 from gctl.core.decisions import Migrate
 from gctl.core.policies.gandiva import GandivaConfig
 from gctl.core.state import ClusterState
-from gctl.services import jobs
+from gctl.services import access, jobs
 from gctl.services.db import Store
 from gctl.services.errors import ServiceError
 from gctl.store.models import now
@@ -82,7 +82,9 @@ def plan(
     max_moves: int | None = None,
     record: bool = False,
 ) -> Plan:
-    """Plan one pass; with ``record``, store each move as a migrate intent for the daemon."""
+    """Plan one pass; with ``record`` (operators), store each move as a migrate intent."""
+    if record:
+        access.operator_only(store, "gctl defrag")
     cfg = GandivaConfig()
     threshold = cfg.defrag_threshold if threshold is None else threshold
     max_moves = cfg.max_moves_per_pass if max_moves is None else max_moves

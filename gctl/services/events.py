@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import getpass
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gctl.config import site_policy
+from gctl.identity import who
 from gctl.services.db import Store
 from gctl.store.engine import transaction
 from gctl.store.models import EventRow, now, utc
 
 
 def current_user() -> str:
-    """The user a command acts for (``$GCTL_USER`` overrides the login name, for tests)."""
-    return os.environ.get("GCTL_USER") or getpass.getuser()
+    """The user a command acts for: the system's word (:mod:`gctl.identity`)."""
+    return who(site_policy().admin_group).name
 
 
 def record(

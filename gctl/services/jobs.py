@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from gctl.services import events
+from gctl.identity import Who
+from gctl.services import access, events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.services.queue import FINISHED, JobColumns
@@ -85,10 +86,12 @@ class JobDetail:
         }
 
 
-def _row_values(req: JobRequest, user: str, at: float) -> dict[str, Any]:
+def _row_values(req: JobRequest, me: Who, at: float) -> dict[str, Any]:
     return {
         "name": req.name or (req.command[0].rsplit("/", 1)[-1] if req.command else "job"),
-        "user": user,
+        "user": me.name,
+        "uid": me.uid,
+        "gid": me.gid,
         "image": req.image,
         "command": list(req.command),
         "env": dict(req.env),
@@ -112,15 +115,34 @@ def _row_values(req: JobRequest, user: str, at: float) -> dict[str, Any]:
 def submit(store: Store, requests: Iterable[JobRequest]) -> list[int]:
     """Store new pending jobs in one transaction; their ids, in order.
 
-    All or nothing: the requests are fully checked before anything is written.
+    All or nothing: the requests are fully checked, against the caller's
+    limits and the host paths the site lets jobs bind too
+    (:mod:`gctl.services.access`), before anything is written.
     """
     reqs = list(requests)
     if not reqs:
         return []
-    user = events.current_user()
+    me, policy = access.caller(store)
+    user = me.name
+    for req in reqs:
+        access.check_mounts(req.mounts, policy)
     at = now()
-    values = [_row_values(r, user, at) for r in reqs]
+    values = [_row_values(r, me, at) for r in reqs]
     with transaction(store.engine, write=True) as s:
+        if not me.operator:
+            held = s.scalar(
+                select(func.coalesce(func.sum(JobRow.gpus), 0)).where(
+                    JobRow.user == user, JobRow.state.not_in(sorted(FINISHED))
+                )
+            )
+            access.check_requests(
+                me,
+                policy,
+                (r.priority for r in reqs),
+                (r.job_class for r in reqs),
+                (r.gpus for r in reqs),
+                int(held or 0),
+            )
         ids = list(
             s.scalars(insert(JobRow).returning(JobRow.id, sort_by_parameter_order=True), values)
         )
@@ -146,10 +168,21 @@ def submit(store: Store, requests: Iterable[JobRequest]) -> list[int]:
     return ids
 
 
+HIDDEN = "(hidden)"
+"""What another user sees of a job's environment values: they may hold its owner's secrets."""
+
+
 def show_job(store: Store, job_id: int) -> JobDetail:
-    """One job with its spec, GPUs, history and open intents."""
+    """One job with its spec, GPUs, history and open intents.
+
+    Its environment's values are shown to its owner and to operators only;
+    anyone else sees the keys.
+    """
+    me, _ = access.caller(store)
     with transaction(store.engine, write=False) as s:
         row = _get(s, job_id)
+        mine = me.operator or row.user == me.name
+        env = dict(row.env) if mine else dict.fromkeys(row.env, HIDDEN)
         allocs = s.execute(
             select(NodeRow.name, GpuRow.index, AllocationRow.mode, GpuRow.emulated)
             .join(GpuRow, AllocationRow.gpu_id == GpuRow.id)
@@ -182,7 +215,7 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             spec={
                 "image": row.image,
                 "command": row.command,
-                "env": row.env,
+                "env": env,
                 "mounts": row.mounts,
                 "gpus": row.gpus,
                 "priority": row.priority,
@@ -291,9 +324,11 @@ def act(store: Store, job_id: int, action: str, **args: Any) -> ActionResult:
     ``args`` are kept with the intent: ``signal`` for cancel, ``hold`` for
     requeue, ``to`` (``NODE[:GPUS]``) for migrate.
     """
-    user = events.current_user()
+    me, _ = access.caller(store)
+    user = me.name
     with transaction(store.engine, write=True) as s:
         row = _get(s, job_id)
+        access.require_owner(me, row.user, job_id, f"gctl {action}")
         if row.state in FINISHED:
             raise ServiceError(f"job {job_id} already finished ({row.state})")
         result = _act(s, row, action, args, user)
@@ -317,6 +352,7 @@ def _act(s: Session, row: JobRow, action: str, args: dict[str, Any], user: str) 
         if not row.held:
             raise ServiceError(f"job {jid} is not held")
         row.held = False
+        row.start_failures, row.retry_at = 0, None  # a launch failure's hold: try again
         if row.state == "REQUEUE_HOLD":
             set_state(s, row, "PENDING", f"released by {user}")
         else:

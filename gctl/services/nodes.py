@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from gctl.config import DEFAULT_WORK_DIR
 from gctl.limits import NAME_MAX, SPEC_ITEMS_MAX, TEXT_MAX, check_int, check_text, shown
-from gctl.services import events
+from gctl.services import access, events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_cluster, parse_gpu_kind
@@ -187,6 +187,7 @@ def add_node(
     work_dir: str | None = None,
 ) -> NodeView:
     """Record a new node with the host key fingerprint the operator confirmed."""
+    access.operator_only(store, "gctl node add")
     check_name(name)
     check_fingerprint(host_key_fingerprint)
     for value, flag, limit in (
@@ -286,9 +287,13 @@ def scan_host_key(
 
 
 def scan_node_key(store: Store, name: str) -> HostKey:
-    """The SSH host key a stored node's host presents now, reached as gctl always reaches it."""
+    """The SSH host key a stored node's host presents now, reached as gctl always reaches it.
+
+    For operators only: it is what ``gctl node rekey`` shows before it asks.
+    """
     from gctl.services.hostops import target  # hostops loads the Docker stack
 
+    access.operator_only(store, "gctl node rekey")
     with transaction(store.engine, write=False) as s:
         reach = target(_get(s, name))
     return _scan(reach)
@@ -308,10 +313,12 @@ def _scan(target: Target) -> HostKey:
 def rekey_node(store: Store, name: str, fingerprint: str) -> str | None:
     """Accept a node's changed SSH host key: store its fingerprint, with an event saying who.
 
-    Allowed while the node runs jobs: only how gctl checks the host changes.
-    Returns the fingerprint it replaces; when that is the same, nothing is
-    stored or recorded.
+    For operators only, as the other node commands. Allowed while the node
+    runs jobs: only how gctl checks the host changes. Returns the
+    fingerprint it replaces; when that is the same, nothing is stored or
+    recorded.
     """
+    user = access.operator_only(store, "gctl node rekey").name
     check_fingerprint(fingerprint)
     with transaction(store.engine, write=True) as s:
         row = _get(s, name)
@@ -323,6 +330,7 @@ def rekey_node(store: Store, name: str, fingerprint: str) -> str | None:
                 "node.rekey",
                 f"node {name} host key changed: {old or '(none)'} -> {fingerprint}",
                 node=name,
+                user=user,
                 data={"old": old, "new": fingerprint},
             )
         return old
@@ -366,6 +374,7 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
     """``drain``, ``undrain``, ``down`` or ``resume`` a node, recording reason, user and time."""
     if action not in _ADMIN:
         raise ServiceError(f"unknown node action {action!r}")
+    user = access.operator_only(store, f"gctl node {action}").name
     if action in ("drain", "down") and not (reason and reason.strip()):
         raise ServiceError(f"--reason: give a reason to {action} a node")
     if reason is not None:
@@ -374,7 +383,6 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
         row = _get(s, name)
         if action == "undrain" and row.admin_state != "drain":
             raise ServiceError(f"node {name} is not drained (it is {row.admin_state})")
-        user = events.current_user()
         mark(row, _ADMIN[action], reason, user, now())
         why = f": {reason}" if reason else ""
         events.record(s, f"node.{action}", f"node {name} {action}{why}", node=name, user=user)
@@ -383,6 +391,7 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
 
 def remove_node(store: Store, name: str) -> None:
     """Forget a node; refused while jobs hold its GPUs."""
+    access.operator_only(store, "gctl node rm")
     with transaction(store.engine, write=True) as s:
         row = _get(s, name)
         busy = s.scalar(

@@ -104,6 +104,9 @@ class JobRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
     user: Mapped[str] = mapped_column(String(255), index=True)
+    # The submitter's numeric ids, which the container runs as (checked again at start).
+    uid: Mapped[int | None]
+    gid: Mapped[int | None]
     image: Mapped[str] = mapped_column(Text)
     command: Mapped[list[Any]] = mapped_column(default=list)
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)

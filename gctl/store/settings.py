@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HEAD = "0005"
+HEAD = "0006"
 """The newest migration; a test checks it against the migrations directory."""
 
 BUSY_TIMEOUT_S = 30.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from sqlalchemy import select
 
 from gctl.services import db, jobs, nodes, specs
 from gctl.store.engine import transaction
+from gctl.store.identity import store_id
 from gctl.store.models import EventRow, NodeRow
 
 pytestmark = pytest.mark.usefixtures("clean_hosts")
@@ -108,7 +110,10 @@ def test_suspend_resume_and_migrate_continue_from_the_checkpoint(
 
 
 def test_a_node_that_stops_answering_is_marked_down_and_its_jobs_finish_elsewhere(
-    host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+    host_store: db.Store,
+    hosts: dict[str, Any],
+    start_daemon: Callable[..., Running],
+    tmp_path: Path,
 ) -> None:
     job = _submit(host_store, "--steps", "150", "--step-time", "0.05", "--checkpoint-every", "10")
     start_daemon(host_store, node_timeout=3.0)
@@ -117,7 +122,8 @@ def test_a_node_that_stops_answering_is_marked_down_and_its_jobs_finish_elsewher
     if first != "h1":
         pytest.fail(f"expected the first node to take the job, got {first}")
     _wait("a checkpoint", lambda: '"step": 2' in _job_file(hosts, "h1", job, "checkpoint.json"))
-    time.sleep(1.0)  # let the daemon copy it
+    mirror = tmp_path / "state" / "checkpoints" / store_id(host_store.engine) / str(job)
+    _wait("the daemon's copy of it", lambda: any(mirror.glob("a*.tar")))
     testhosts.ssh_stop("h1")
     try:
         _wait("h1 down", lambda: nodes.show_node(host_store, "h1").state.startswith("down"))
@@ -170,7 +176,7 @@ def test_a_high_priority_job_is_never_suspended_for_normal_ones(
     assert any("job.suspend" in _kinds(host_store, j) for j in normal)  # they took turns
 
 
-def _light_lookingjobs_of(
+def _light_looking_jobs(
     store: db.Store, *, steps: int, gpu_busy: float, count: int = 3
 ) -> list[int]:
     """1-GPU jobs showing 20 % utilisation, for h1 alone (2 GPUs): with 3, two must share."""
@@ -208,7 +214,7 @@ def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # Each job computes 20 % of every step on its emulated GPU: two on one GPU barely contend.
-    ids = _light_lookingjobs_of(host_store, steps=240, gpu_busy=0.2)
+    ids = _light_looking_jobs(host_store, steps=240, gpu_busy=0.2)
     options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
     start_daemon(host_store, policy_options=options)
 
@@ -227,7 +233,7 @@ def test_light_jobs_taking_turns_take_them_two_at_a_time(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # Six light jobs on h1's two GPUs: three per GPU, nobody alone to pack onto.
-    ids = _light_lookingjobs_of(host_store, steps=120, gpu_busy=0.2, count=6)
+    ids = _light_looking_jobs(host_store, steps=120, gpu_busy=0.2, count=6)
     start_daemon(host_store, policy_options={"quantum": 1.0, "migration": False})
 
     _wait("a turn taken packed", lambda: bool(_turn_packs(host_store)))
@@ -239,7 +245,7 @@ def test_a_pack_that_loses_to_time_slicing_is_undone(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # The jobs show 20 % but compute the whole step: packed, each runs at half speed or less.
-    ids = _light_lookingjobs_of(host_store, steps=200, gpu_busy=1.0)
+    ids = _light_looking_jobs(host_store, steps=200, gpu_busy=1.0)
     # Time slicing gives a pair 1.0 at best; ask packing to beat it clearly.
     options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
     options["pack_keep_above"] = 1.25
