@@ -17,6 +17,7 @@ import os
 import pwd
 from dataclasses import dataclass
 
+from gctl.limits import check_text
 from gctl.services.errors import ServiceError
 
 ACT_AS = "GCTL_USER"
@@ -74,6 +75,7 @@ def who(admin_group: str) -> Who:
             f"${ACT_AS} is honoured only for operators (root, group {admin_group});"
             f" you are {me.pw_name}: unset it"
         )
+    check_text(other, f"${ACT_AS}")
     try:
         them = pwd.getpwnam(other)
     except KeyError:

@@ -54,13 +54,15 @@ def add(
     presents and asks you to confirm it (on a terminal); anywhere else it
     stops and tells you the fingerprint to check and pass.
     """
-    from gctl.services import nodes
+    from gctl.services import access, nodes
 
+    st = store(ctx)
+    access.operator_only(st, "gctl node add")  # before the host is ever contacted
     if host_key_fingerprint is None:
         scanned = nodes.scan_host_key(name, host, port=port, ssh_user=user, key_path=key)
         host_key_fingerprint = _confirm_host_key(name, f"{host}:{port}", scanned)
     view = nodes.add_node(
-        store(ctx),
+        st,
         name,
         host,
         port=port,

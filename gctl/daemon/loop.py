@@ -32,6 +32,7 @@ on a host cut off from it, and they restart from their checkpoints.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -95,9 +96,11 @@ class DaemonConfig:
 
     def __post_init__(self) -> None:
         """Reject periods no loop can keep."""
-        for name in ("tick", "introspect_every", "heartbeat_every", "reconcile_every", "lease"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be above 0")
+        periods = ("tick", "introspect_every", "heartbeat_every", "reconcile_every", "lease")
+        for name in (*periods, "node_timeout", "grace", "health_every"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a number above 0")
         if self.node_timeout < self.heartbeat_every:
             raise ValueError("--node-timeout must be at least --heartbeat-every")
         if self.lease < 2 * self.tick:

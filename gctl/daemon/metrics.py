@@ -148,7 +148,7 @@ def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"metrics address {address!r}: expected HOST:PORT or :PORT")
     return host or "0.0.0.0", int(port)
 

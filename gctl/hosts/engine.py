@@ -51,6 +51,11 @@ _SSH_BASE_URL = "http+docker://ssh"
 """The base URL docker-py gives its own SSH transport; requests to it go to our adapter."""
 
 
+def _number(text: str) -> int | None:
+    """A label's non-negative integer (ASCII digits only), or None."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def container_name(store_id: str, job_id: int, attempt: int) -> str:
     """A job attempt's container name: store, job and attempt, so none ever clashes.
 
@@ -155,20 +160,18 @@ class ContainerState:
     @property
     def job_id(self) -> int | None:
         """The gctl job the container runs, if it is one of gctl's."""
-        value = self.labels.get(LABEL_JOB)
-        return int(value) if value and value.isdigit() else None
+        return _number(self.labels.get(LABEL_JOB, ""))
 
     @property
     def attempt(self) -> int | None:
         """The job's container generation this container belongs to."""
-        value = self.labels.get(LABEL_ATTEMPT)
-        return int(value) if value and value.isdigit() else None
+        return _number(self.labels.get(LABEL_ATTEMPT, ""))
 
     @property
     def gpu_indices(self) -> tuple[int, ...]:
         """GPU indices the container was given."""
-        value = self.labels.get(LABEL_GPUS, "")
-        return tuple(int(p) for p in value.split(",") if p.isdigit())
+        found = (_number(p) for p in self.labels.get(LABEL_GPUS, "").split(","))
+        return tuple(i for i in found if i is not None)
 
     @property
     def emulated_util(self) -> float:

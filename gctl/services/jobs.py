@@ -88,7 +88,7 @@ class JobDetail:
 
 def _row_values(req: JobRequest, me: Who, at: float) -> dict[str, Any]:
     return {
-        "name": req.name or (req.command[0].rsplit("/", 1)[-1] if req.command else "job"),
+        "name": req.name,
         "user": me.name,
         "uid": me.uid,
         "gid": me.gid,
@@ -377,5 +377,5 @@ def _check_target(s: Session, target: str) -> None:
         return
     have = {g.index for g in node.gpus}
     for part in gpus.split(","):
-        if not part.isdigit() or int(part) not in have:
+        if not (part.isascii() and part.isdigit()) or int(part) not in have:
             raise ServiceError(f"--to {target!r}: node {name} has no GPU {part!r}")
