@@ -6,6 +6,7 @@ the store checks need none.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -77,9 +78,12 @@ def test_a_store_file_gone_under_the_daemon_stops_it_with_the_reason(
     runner = threading.Thread(target=lambda: stopped.append(_run(store, tmp_path, None)))
     runner.start()
     time.sleep(1.0)
-    path.unlink()
-    if how == "replaced":
-        db.upgrade(db.connect(str(path)))
+    if how == "replaced":  # in one step, as a restore from a backup would
+        other = tmp_path / "other.db"
+        db.upgrade(db.connect(str(other)))
+        os.replace(other, path)
+    else:
+        path.unlink()
     runner.join(30)
     assert len(stopped) == 1 and isinstance(stopped[0], StoreBroken)
     assert str(stopped[0]).count("\n") == 0 and f"was {how}" in str(stopped[0])
