@@ -146,21 +146,23 @@ def test_a_frozen_host_delays_no_start_or_cancel_elsewhere(
     frozen = time.monotonic()
     wait("h2 not responding", lambda: _node(host_store, "h2").last_error is not None, timeout=10)
     job = submit(host_store, "--steps", "100000", "--step-time", "0.05")
-    took = wait(
+    started = wait(
         "the new job running on h1",
         lambda: _states(host_store)[job] == "RUNNING" and len(_live(hosts, host_store, "h1")) >= 1,
         timeout=30,
         store=host_store,
     )
-    assert took <= 2.0
+    assert started <= 2.0
     on_h1 = [j for j in (busy, job) if job_file(hosts, host_store, "h1", j, "starts.log")]
     victim = on_h1[-1]
     asked = time.monotonic()
     jobs.act(host_store, victim, "cancel")
-    took = wait("the cancel done", lambda: _states(host_store)[victim] == "CANCELLED", timeout=30)
-    assert took <= 2.0 and time.monotonic() - asked <= 2.0
+    cancelled = wait("the cancel", lambda: _states(host_store)[victim] == "CANCELLED", timeout=30)
+    assert cancelled <= 2.0 and time.monotonic() - asked <= 2.0
     wait("h2 down", lambda: _node(host_store, "h2").admin_state == "down", timeout=timeout + 10)
-    assert time.monotonic() - frozen <= timeout + 5.0
+    down = time.monotonic() - frozen
+    assert down <= timeout + 5.0
+    print(f"frozen host: start {started:.2f} s, cancel {cancelled:.2f} s, down {down:.1f} s")
     testhosts.thaw("h2")
 
 
