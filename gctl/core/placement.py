@@ -95,6 +95,22 @@ def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey 
     return spanning_set(state, count)
 
 
+def consolidated_set(state: ClusterState, count: int) -> GroupKey | None:
+    """The tightest free set of ``count`` GPUs: one node when any fits, else fewest nodes.
+
+    Tiresias' consolidated placement, for baselines that ignore affinity:
+    the node with the fewest free GPUs that still fits (best fit, its
+    best-connected set), else GPUs from the nodes with most free first.
+    """
+    if state.total_free < count:
+        return None
+    if count <= state.max_size:
+        found = first_fitting(state.nodes_with_free(count), count)
+        if found is not None:
+            return found
+    return spanning_set(state, count)
+
+
 def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> GroupKey | None:
     """Step 4: the set for ``js`` to share on the lowest node of its affinity.
 

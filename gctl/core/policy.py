@@ -38,6 +38,20 @@ class Policy(Protocol):
         ...
 
 
+@runtime_checkable
+class Waking(Protocol):
+    """A policy that can say when its next introspective pass could decide anything.
+
+    Optional: a simulator asks it to jump its clock over passes that would
+    decide nothing; a policy without it is introspected every tick while it
+    :meth:`~Policy.wants_introspection`.
+    """
+
+    def wake_at(self, state: ClusterState, now: float) -> float | None:
+        """The earliest time (>= ``now``) a pass could decide anything, or None for never."""
+        ...
+
+
 class UnknownPolicyError(LookupError):
     """No policy of that name is registered."""
 

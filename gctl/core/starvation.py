@@ -25,6 +25,7 @@ can, else wait in the queue with their progress.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gctl.core.decisions import Decision, Place, Requeue
@@ -79,29 +80,48 @@ def starving(state: ClusterState, now: float, after: float) -> tuple[JobState, S
     return min(below, key=lambda js: (-js.spec.priority, js.seq)), now_shares
 
 
-def make_room(state: ClusterState, js: JobState, owed: Shares, now: float) -> list[Decision]:
-    """Requeue the smaller jobs on the GPUs ``js`` is given, then start it there."""
+Yields = Callable[[JobState], bool]
+"""Whether a resident job may be displaced (requeued) to make room."""
+
+
+def unstarve(state: ClusterState, js: JobState, owed: Shares, now: float) -> list[Decision]:
+    """Make room for a starving ``js`` by displacing smaller jobs of sizes above their share."""
+    waited_h = (now - js.since) / 3600
+
+    def yields(other: JobState) -> bool:
+        spec = other.spec
+        return (
+            spec.gpus < js.spec.gpus
+            and spec.priority <= js.spec.priority
+            and owed.above(spec.gpus)
+        )
+
+    because = f"it waited {waited_h:.1f} h for GPUs no job could share"
+    return make_room(state, js, yields, now, because)
+
+
+def make_room(
+    state: ClusterState, js: JobState, yields: Yields, now: float, because: str
+) -> list[Decision]:
+    """Requeue the jobs that ``yields`` on the GPUs ``js`` is given, then start it there.
+
+    ``because`` says why, in both the victims' and ``js``'s reasons.
+    """
     big = js.spec.gpus > state.max_size
-    found = _whole_nodes(state, js, owed) if big else _node_part(state, js, owed)
+    found = _whole_nodes(state, js, yields) if big else _node_part(state, js, yields)
     if found is None:
         return []
     where, victims = found
-    waited_h = (now - js.since) / 3600
     names = ",".join(dict.fromkeys(n for n, _ in where))
-    why = f"preempted: GPUs on {names} emptied for job {js.id}, which waited {waited_h:.1f} h"
+    why = f"preempted: GPUs on {names} emptied for job {js.id}: {because}"
     out = state.commit([Requeue(v, why) for v in victims], now)
-    reason = f"waited {waited_h:.1f} h for GPUs no job could share; {names} emptied for it"
+    reason = f"{because}; {names} emptied for it"
     return out + state.commit([Place(js.id, where, ShareMode.EXCLUSIVE, reason)], now)
 
 
-def _yields_to(state: ClusterState, key: GroupKey, js: JobState, owed: Shares) -> bool:
-    """Whether every job on GPU set ``key`` may be displaced for ``js``."""
-    return all(
-        (other := state.jobs[m].spec).gpus < js.spec.gpus
-        and other.priority <= js.spec.priority
-        and owed.above(other.gpus)
-        for m in state.groups[key]
-    )
+def _all_yield(state: ClusterState, key: GroupKey, yields: Yields) -> bool:
+    """Whether every job on GPU set ``key`` may be displaced."""
+    return all(yields(state.jobs[m]) for m in state.groups[key])
 
 
 def _victims(state: ClusterState, keys: list[GroupKey]) -> dict[str, None]:
@@ -112,13 +132,13 @@ def _victims(state: ClusterState, keys: list[GroupKey]) -> dict[str, None]:
 
 
 def _whole_nodes(
-    state: ClusterState, js: JobState, owed: Shares
+    state: ClusterState, js: JobState, yields: Yields
 ) -> tuple[GroupKey, dict[str, None]] | None:
     """The least loaded open nodes whose jobs all yield to ``js``, enough to hold it."""
     candidates = [
         ns
         for ns in state.nodes.values()
-        if ns.open and all(_yields_to(state, k, js, owed) for k in ns.groups)
+        if ns.open and all(_all_yield(state, k, yields) for k in ns.groups)
     ]
     candidates.sort(key=lambda n: (n.load / n.size, -n.size, n.name))
     chosen: list[NodeState] = []
@@ -139,7 +159,7 @@ def _whole_nodes(
 
 
 def _node_part(
-    state: ClusterState, js: JobState, owed: Shares
+    state: ClusterState, js: JobState, yields: Yields
 ) -> tuple[GroupKey, dict[str, None]] | None:
     """The GPU set of one open node that can hold ``js`` displacing the fewest GPU-jobs.
 
@@ -155,7 +175,7 @@ def _node_part(
         mask = ns.free_mask
         found = ns.topo.best_set(mask, count)
         for key in sorted(
-            (k for k in ns.groups if k[0][0] == k[-1][0] and _yields_to(state, k, js, owed)),
+            (k for k in ns.groups if k[0][0] == k[-1][0] and _all_yield(state, k, yields)),
             key=lambda k: (len(state.groups[k]), len(k), k),
         ):
             if found is not None:

@@ -65,6 +65,11 @@ class JobState:
     resized_at: float | None = None
     moves: int = 0
     reason: str = ""
+    attained: float = 0.0
+    """GPU-seconds of service banked up to ``last_resumed`` (see :meth:`attained_at`)."""
+    service_base: float = 0.0
+    """Attained service at the job's last starvation promotion: least-attained-service
+    policies rank the job by the service it had since (:mod:`gctl.core.las`)."""
 
     @property
     def id(self) -> str:
@@ -75,6 +80,18 @@ class JobState:
     def held(self) -> int:
         """GPUs the job holds now (differs from the spec when grown or shrunk)."""
         return len(self.gpus)
+
+    def attained_at(self, now: float) -> float:
+        """GPU-seconds the job has run so far (GPUs held x time running), as of ``now``."""
+        if self.status is JobStatus.RUNNING:
+            return self.attained + len(self.gpus) * max(now - self.last_resumed, 0.0)
+        return self.attained
+
+    def bank(self, now: float) -> None:
+        """Add the running stretch that ends at ``now`` to :attr:`attained`."""
+        if self.status is JobStatus.RUNNING:
+            self.attained = self.attained_at(now)
+            self.last_resumed = max(self.last_resumed, now)
 
 
 @dataclass(slots=True)
@@ -128,6 +145,8 @@ class ClusterState:
         self.elastic: dict[str, None] = {}
         self.backlog: dict[int, int] = {}
         """GPUs asked for by the unfinished jobs of each size (GPU count), by size."""
+        self.changes = 0
+        """Counts every event and decision applied: equal counts mean nothing changed."""
         self._seq = 0
         self.total_free = 0
         self.max_size = 0
@@ -371,6 +390,7 @@ class ClusterState:
 
     def submit(self, spec: JobSpec, now: float) -> JobState:
         """Add a new job to the pending queue."""
+        self.changes += 1
         if spec.id in self.jobs:
             raise StateError(f"job {spec.id!r} already exists")
         self._seq += 1
@@ -382,11 +402,12 @@ class ClusterState:
 
     def finish(self, job_id: str, now: float) -> JobState:
         """Remove a job that completed, failed or was cancelled."""
+        self.changes += 1
         js = self.job(job_id)
         if js.status is JobStatus.PENDING:
             self._dequeue(js)
         elif js.gpus:
-            self._leave(js)
+            self._leave(js, now)
         js.status = JobStatus.DONE
         js.since = now
         del self.jobs[job_id]
@@ -398,6 +419,7 @@ class ClusterState:
 
     def observe(self, job_id: str, sample: Observed) -> None:
         """Record a profile sample; one taken while its GPUs ran nothing else is its solo rate."""
+        self.changes += 1
         js = self.job(job_id)
         js.observed = sample
         if js.status is JobStatus.RUNNING and not any(
@@ -413,7 +435,7 @@ class ClusterState:
         for key in list(ns.groups):
             for job_id in list(self.groups[key]):
                 js = self.jobs[job_id]
-                self._leave(js)
+                self._leave(js, now)
                 js.status = JobStatus.PENDING
                 js.since = now
                 self._enqueue(js)
@@ -442,6 +464,7 @@ class ClusterState:
 
     def _reindex(self, ns: NodeState, change: Callable[[], object]) -> None:
         """Apply a change to a node's availability, keeping free counts and indexes right."""
+        self.changes += 1
         was_open = ns.open
         change()
         if ns.open == was_open:
@@ -458,6 +481,7 @@ class ClusterState:
 
     def apply(self, d: Decision, now: float) -> None:
         """Commit one decision to the model (bookkeeping only, no side effects)."""
+        self.changes += 1
         js = self.job(d.job_id)
         js.reason = d.reason
         match d:
@@ -481,7 +505,7 @@ class ClusterState:
                     for m in members:  # a turn taken packed that left nobody waiting: a pack
                         self.jobs[m].packed_at = now
             case Pack(gpus=gpus):
-                self._leave(js)
+                self._leave(js, now)
                 self._join(js, gpus, now)
                 js.packed_at = now
                 for other in self.groups[js.gpus]:
@@ -492,17 +516,17 @@ class ClusterState:
                 for other in self.groups[js.gpus]:
                     self.jobs[other].packed_at = None
             case Migrate(dst=gpus):
-                self._leave(js)
+                self._leave(js, now)
                 self._join(js, gpus, now)
                 js.moves += 1
             case Grow(gpus=gpus) | Shrink(gpus=gpus):
-                self._leave(js)
+                self._leave(js, now)
                 self._join(js, gpus, now)
                 js.resized_at = now
             case Requeue():
                 if js.status is JobStatus.PENDING:
                     raise StateError(f"job {js.id} is already pending")
-                self._leave(js)
+                self._leave(js, now)
                 js.status = JobStatus.PENDING
                 js.since = now
                 self._enqueue(js)
@@ -531,6 +555,7 @@ class ClusterState:
             raise StateError(f"job {js.id} is {js.status.value}, expected {status.value}")
 
     def _set(self, js: JobState, status: JobStatus, now: float) -> None:
+        js.bank(now)
         js.status = status
         js.since = now
         if status is JobStatus.SUSPENDED:
@@ -606,8 +631,9 @@ class ClusterState:
             ns.groups[key] = None
             self._index(ns)
 
-    def _leave(self, js: JobState) -> None:
-        """Take ``js`` off its GPUs; free them when it was the last member."""
+    def _leave(self, js: JobState, now: float) -> None:
+        """Take ``js`` off its GPUs, banking its service; free them when it was the last member."""
+        js.bank(now)
         key = js.gpus
         self._touch(key)
         members = self.groups[key]

@@ -1,8 +1,11 @@
-"""Round-robin time slicing of jobs that share a GPU set, with priorities.
+"""Time slicing of jobs that share a GPU set: round robin or least attained service first.
 
 Only the jobs of the highest priority present on a set take turns; lower
-ones wait, so a high-priority job is never suspended for a lower one. A
-running job keeps its turn for at least one quantum. Light jobs take their
+ones wait, so a high-priority job is never suspended for a lower one. In
+round robin the members take turns in cyclic order. With a *rank* (least
+attained service, :mod:`gctl.core.las`) the best-ranked member runs and a
+runner is only suspended for a member that outranks it. A running job keeps
+its turn for at least one quantum. Light jobs take their
 turns two at a time, packed, when Gandiva's packing rules let the pair run
 together (:mod:`gctl.core.packing`). A job that can checkpoint waits for its
 turn checkpointed when the set's jobs do not fit in its GPU memory all at
@@ -17,17 +20,27 @@ from gctl.core import memory
 from gctl.core.decisions import Decision, Resume, Suspend
 from gctl.core.model import JobStatus
 from gctl.core.packing import TurnPacking, judge_turn_pack, turn_partner
+from gctl.core.las import Ranking as Rank
 from gctl.core.state import ClusterState, GroupKey
 
 
 def next_in_turn(
-    state: ClusterState, key: GroupKey, after: str | None, skip: Collection[str] = ()
+    state: ClusterState,
+    key: GroupKey,
+    after: str | None,
+    skip: Collection[str] = (),
+    rank: Rank | None = None,
 ) -> str | None:
-    """The top-priority member after ``after`` in cyclic order (the first one when None).
+    """The member whose turn is next: best-ranked with ``rank``, else round robin.
 
-    Members in ``skip`` are passed over.
+    Round robin: the top-priority member after ``after`` in cyclic order
+    (the first one when None). Members in ``skip`` (and ``after``) are
+    passed over.
     """
     members = state.groups[key]
+    if rank is not None:
+        jobs = [state.jobs[m] for m in members if m != after and m not in skip]
+        return min(jobs, key=rank).id if jobs else None
     top = max(int(state.jobs[m].spec.priority) for m in members)
     start = members.index(after) + 1 if after in members else 0
     for i in range(len(members)):
@@ -37,15 +50,18 @@ def next_in_turn(
     return None
 
 
-def resume_idle_sets(state: ClusterState, now: float) -> list[Decision]:
+def resume_idle_sets(state: ClusterState, now: float, rank: Rank | None = None) -> list[Decision]:
     """Give the turn to a waiting job on every shared set whose runner left."""
     out: list[Decision] = []
     for key in list(state.dirty):
         members = state.groups.get(key)
         if members and not any(state.jobs[m].status is JobStatus.RUNNING for m in members):
-            nxt = next_in_turn(state, key, None)
+            nxt = next_in_turn(state, key, None, rank=rank)
             if nxt is not None:
-                out += state.commit([Resume(nxt, "its turn: the job before it left the GPUs")], now)
+                why = "its turn: the job before it left the GPUs"
+                if rank is not None:
+                    why += f"; {rank.describe(state.jobs[nxt])}"
+                out += state.commit([Resume(nxt, why)], now)
     state.dirty.clear()
     return out
 
@@ -56,8 +72,12 @@ def rotate(
     quantum: float,
     checkpoint_quantum: float,
     packing: TurnPacking | None = None,
+    rank: Rank | None = None,
 ) -> list[Decision]:
     """Hand each time-sliced set to its next job(s) once the runners have used their quantum.
+
+    With ``rank``, a set changes hands only when a waiting member outranks
+    every runner; round robin hands it on every quantum.
 
     The quantum is ``checkpoint_quantum`` when a runner will wait
     checkpointed: its next turn is a restart, which costs seconds where a
@@ -73,29 +93,38 @@ def rotate(
         runners = [jobs[m] for m in members if jobs[m].status is JobStatus.RUNNING]
         if not runners or len(runners) == len(members):
             continue
+        if rank is not None:
+            best = next_in_turn(state, key, None, rank=rank)
+            if best is None or jobs[best].status is JobStatus.RUNNING:
+                continue
         by_checkpoint = {r.id: memory.suspend_by_checkpoint(state, r) for r in runners}
         turn = checkpoint_quantum if any(by_checkpoint.values()) else quantum
         latest = max(runners, key=lambda r: r.last_resumed)
         if now - latest.last_resumed < turn:
             continue
-        first = next_in_turn(state, key, latest.id, {r.id for r in runners})
+        first = next_in_turn(state, key, latest.id, {r.id for r in runners}, rank)
         if first is None:
             continue
         cohort = [jobs[first]]
         if packing is not None:
             judge_turn_pack(runners, packing)
-            second = next_in_turn(state, key, first)
+            second = next_in_turn(state, key, first, rank=rank)
             if second is not None and turn_partner(state, key, cohort[0], jobs[second], packing):
                 cohort.append(jobs[second])
         why = f"quantum {turn:g}s used; {len(members) - 1} job(s) share its GPUs"
+        if rank is not None:
+            why = f"job {first} has had less GPU time ({rank.describe(jobs[first])})"
         decisions: list[Decision] = [
             Suspend(r.id, why, by_checkpoint[r.id]) for r in runners if r not in cohort
         ]
-        turn_why = f"round-robin turn on {key[0][0]}"
         for c in cohort:
             if c.status is not JobStatus.RUNNING:
                 partner = [o.id for o in cohort if o is not c]
                 extra = f", packed with job {partner[0]}" if partner else ""
+                if rank is None:
+                    turn_why = f"round-robin turn on {key[0][0]}"
+                else:
+                    turn_why = f"least attained service on {key[0][0]}: {rank.describe(c)}"
                 decisions.append(Resume(c.id, turn_why + extra))
         out += state.commit(decisions, now)
     return out

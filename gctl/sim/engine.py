@@ -1,7 +1,9 @@
 """Discrete-event simulator: a virtual clock driving the scheduler core.
 
 Arrivals and finishes call the policy's reactive ``schedule``; a periodic
-tick calls ``introspect`` while the policy wants it. The decisions come back
+tick calls ``introspect`` while the policy wants it. A policy that can say
+when its next pass could decide anything (:class:`gctl.core.policy.Waking`)
+is not ticked before then: the clock jumps over passes that change nothing. The decisions come back
 already committed to the :class:`ClusterState`; :meth:`Simulator._effects`
 is the simulator's one place that turns them into consequences (job speeds,
 overhead, counters), as ``gctl/daemon/apply.py`` will for real hosts.
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 from gctl.core.decisions import MOVES, Decision, Pack, Resume, Suspend
 from gctl.core.model import Cluster, JobStatus, Observed
-from gctl.core.policy import Policy
+from gctl.core.policy import Policy, Waking
 from gctl.core.state import ClusterState, GroupKey
 from gctl.sim import perf, profiles
 from gctl.sim.metrics import Counters, JobRecord, Metrics, summarize
@@ -97,7 +99,8 @@ class Simulator:
                 move_cost=perf.move_cost(model, cfg),
             )
             self._push(j.spec.submit_time, _ARRIVAL, j.spec.id)
-        tick_armed = False
+        tick_at: float | None = None
+        tick_version = 0
         events = 0
         done = 0
         while self.heap:
@@ -108,6 +111,8 @@ class Simulator:
                 run = self.runs.get(job_id)
                 if run is None or run.version != version:
                     continue
+            elif kind == _TICK and version != tick_version:
+                continue
             self._advance(when)
             events += 1
             if kind == _ARRIVAL:
@@ -120,12 +125,14 @@ class Simulator:
                     progress(done, len(accepted))
                 decisions = self.policy.schedule(self.state, when)
             else:
-                tick_armed = False
+                tick_at = None
                 decisions = self.policy.introspect(self.state, when)
             self._effects(decisions, when)
-            if not tick_armed and self.policy.wants_introspection(self.state):
-                self._push(when + self.tick, _TICK, "")
-                tick_armed = True
+            due = self._wake_at(when)
+            if due is not None and (tick_at is None or due < tick_at):
+                tick_version += 1
+                tick_at = due
+                self._push(due, _TICK, "", tick_version)
         unfinished = tuple(self.runs)
         for job_id in unfinished:
             js = self.state.jobs.get(job_id)
@@ -143,6 +150,15 @@ class Simulator:
         )
 
     # ---- clock and events ---------------------------------------------
+
+    def _wake_at(self, now: float) -> float | None:
+        """When to tick next: a tick after ``now``, or later when the policy says so."""
+        policy = self.policy
+        if isinstance(policy, Waking):
+            due = policy.wake_at(self.state, now)
+        else:
+            due = now if policy.wants_introspection(self.state) else None
+        return None if due is None else max(due, now + self.tick)
 
     def _push(self, when: float, kind: int, job_id: str, version: int = 0) -> None:
         self.order += 1

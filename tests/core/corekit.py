@@ -14,12 +14,15 @@ T = TypeVar("T")
 
 
 def gandiva(**options: Any) -> GandivaPolicy:
-    """A Gandiva policy that reconsiders placements on every introspective pass.
+    """A round-robin Gandiva policy that reconsiders placements on every introspective pass.
 
     Mechanism tests drive ``introspect`` at hand-picked times; a throttle on
     the slower passes (``reconsider_every``) would hide what they test.
+    Round robin (not the default least-attained-service order) keeps turns
+    predictable; the tests of that order ask for it (``order="las"``).
     """
     options.setdefault("reconsider_every", 0.0)
+    options.setdefault("order", "round-robin")
     return GandivaPolicy(**options)
 
 

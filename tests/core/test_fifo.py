@@ -1,4 +1,4 @@
-"""The FIFO baseline: strict arrival order, first fit, no preemption."""
+"""The FIFO baseline: strict arrival order, consolidated placement, no preemption."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from corekit import new_state, of_type, put, submit
 
 from gctl.core.decisions import Place, Resume, Suspend
 from gctl.core.model import JobStatus, Priority, ShareMode
-from gctl.core.policies.fifo import FifoPolicy, first_fit
+from gctl.core.policies.fifo import FifoPolicy
+from gctl.core.placement import consolidated_set
 
 
 def test_head_of_line_blocks_later_jobs_that_would_fit() -> None:
@@ -41,38 +42,33 @@ def test_arrival_order_ignores_priority() -> None:
     assert state.jobs["low"].status is JobStatus.PENDING
 
 
-def test_first_fit_lowest_indices() -> None:
-    state = new_state(8, 8)
+def test_consolidated_best_fit_node_then_fewest_nodes() -> None:
+    state = new_state(4, 4, 4)
+    put(state, "x", "n0", (0, 1, 2))  # n0: 1 free
+    put(state, "y", "n1", (0,))  # n1: 3 free, n2: 4 free
     policy = FifoPolicy()
     submit(state, "a", 1, 0.0)
-    submit(state, "b", 2, 1.0)
+    policy.schedule(state, 0.0)
+    assert state.jobs["a"].gpus == (("n0", 3),)  # the fullest node that fits, not n2
+    submit(state, "b", 3, 1.0)
     policy.schedule(state, 1.0)
-    assert state.jobs["a"].gpus == (("n0", 0),)
-    assert state.jobs["b"].gpus == (("n0", 1), ("n0", 2))
-    state.finish("a", 2.0)
-    submit(state, "c", 1, 3.0)
-    policy.schedule(state, 3.0)
-    assert state.jobs["c"].gpus == (("n0", 0),)  # the hole, not a better-linked GPU
-    submit(state, "d", 6, 4.0)
-    policy.schedule(state, 4.0)
-    assert state.jobs["d"].gpus == tuple(("n1", i) for i in range(6))  # n0 has only 5
-    submit(state, "e", 7, 5.0)
-    policy.schedule(state, 5.0)
-    assert state.jobs["e"].gpus == (
-        *(("n0", i) for i in range(3, 8)),
-        ("n1", 6),
-        ("n1", 7),
-    )
+    assert state.jobs["b"].gpus == (("n1", 1), ("n1", 2), ("n1", 3))
+    submit(state, "c", 4, 2.0)
+    policy.schedule(state, 2.0)
+    assert [n for n, _ in state.jobs["c"].gpus] == ["n2"] * 4  # one whole node
     assert state.total_free == 0
 
 
-def test_first_fit_function_returns_none_when_short() -> None:
-    state = new_state(4, 4)
-    put(state, "a", "n0", (0, 1, 2))
-    put(state, "b", "n1", (1, 2, 3))
-    assert first_fit(state, 3) is None
-    assert first_fit(state, 2) == (("n0", 3), ("n1", 0))
-    assert first_fit(state, 1) == (("n0", 3),)
+def test_consolidated_spans_the_fewest_nodes() -> None:
+    state = new_state(4, 4, 4)
+    put(state, "a", "n0", (0, 1, 2))  # n0: 1 free
+    put(state, "b", "n1", (0,))  # n1: 3 free
+    put(state, "c", "n2", (0, 1))  # n2: 2 free
+    assert consolidated_set(state, 7) is None
+    found = consolidated_set(state, 5)
+    assert found is not None
+    assert sorted({n for n, _ in found}) == ["n1", "n2"]  # 3 + 2, not the 1-free node
+    assert consolidated_set(state, 1) == (("n0", 3),)
 
 
 def test_never_suspends_or_shares() -> None:

@@ -123,7 +123,9 @@ def test_a_requeued_job_keeps_its_progress_and_pays_one_restore() -> None:
     day = 86400.0
     jobs = _jobs([(0, 1, 10 * day)] * 8 + [(1, 4, 1000.0)] * 2)
     perf = PerfConfig(locality=False, packing=False, overheads=True, elastic=False)
-    policy = GandivaPolicy(starvation_limit=3600.0, max_height=1.0, migration=False)
+    policy = GandivaPolicy(
+        starvation_limit=3600.0, max_height=1.0, migration=False, order="round-robin"
+    )
     sim = Simulator(parse_cluster("1x8"), policy, perf, tick=60.0)
     result = sim.run(jobs)
     assert result.metrics.finished == 10 and result.metrics.counts["requeues"] == 4
@@ -155,7 +157,13 @@ def test_a_suspend_by_checkpoint_costs_a_restore_and_a_freeze_a_thaw(
         for i, t in enumerate((0.0, 1.0))
     ]
     perf = PerfConfig(locality=False, packing=False, overheads=True, elastic=False)
-    policy = GandivaPolicy(packing=False, migration=False, quantum=60.0, checkpoint_quantum=60.0)
+    policy = GandivaPolicy(
+        packing=False,
+        migration=False,
+        quantum=60.0,
+        checkpoint_quantum=60.0,
+        order="round-robin",
+    )
     sim = Simulator(parse_cluster(f"1x1:{gpu}"), policy, perf, tick=60.0)
     result = sim.run(jobs)
     suspends = result.metrics.counts["suspends"]

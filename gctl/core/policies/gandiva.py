@@ -21,10 +21,14 @@ import heapq
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gctl.core import elastic, migration, packing, placement, starvation, timeslice
+from gctl.core import elastic, las, migration, packing, placement, starvation, timeslice
 from gctl.core.decisions import Decision
+from gctl.core.model import JobStatus
 from gctl.core.policy import PolicyOptionError
-from gctl.core.state import ClusterState
+from gctl.core.state import ClusterState, JobState
+
+ORDERS = ("las", "round-robin")
+"""How jobs taking turns are ordered: least attained service first, or in cyclic turns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,11 @@ class GandivaConfig:
     grow_idle_period: float = 600.0
     starvation_guard: bool = True
     starvation_limit: float = 259200.0
+    order: str = "las"
+    levels: int = 3
+    level_base: float = 3600.0
+    level_factor: float = 10.0
+    promote_after: float = 8.0
 
     def __post_init__(self) -> None:
         """Refuse values of the wrong type or outside their range, naming the option."""
@@ -65,6 +74,18 @@ class GandivaConfig:
             if value < low or (strict and value == low):
                 bound = f"> {low:g}" if strict else f">= {low:g}"
                 raise PolicyOptionError(f"gandiva option {name}={value!r}: must be {bound}")
+        if self.order not in ORDERS:
+            raise PolicyOptionError(
+                f"gandiva option order={self.order!r}: must be one of {', '.join(ORDERS)}"
+            )
+        if self.level_factor <= 1:
+            raise PolicyOptionError(f"gandiva option level_factor={self.level_factor!r}: must be > 1")
+
+    def ranking(self) -> las.Levels | None:
+        """The least-attained-service levels when ``order`` is ``las``, else None."""
+        if self.order != "las":
+            return None
+        return las.Levels(self.levels, self.level_base, self.level_factor, self.promote_after)
 
 
 _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
@@ -79,12 +100,15 @@ _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
     ("defrag_threshold", 1.0, False),
     ("grow_idle_period", 0.0, False),
     ("starvation_limit", 0.0, False),
+    ("levels", 1.0, False),
+    ("level_base", 0.0, True),
+    ("promote_after", 0.0, False),
 )
 """(option, lower bound, whether the bound itself is refused)."""
 
 
 class GandivaPolicy:
-    """Gandiva introspective scheduling (DESIGN §2.1)."""
+    """Gandiva introspective scheduling (DESIGN §2.1), least attained service first by default."""
 
     name = "gandiva"
 
@@ -98,23 +122,30 @@ class GandivaPolicy:
             )
         base = config or GandivaConfig()
         self.config = replace(base, **options)
+        self.levels = self.config.ranking()
         self._memory = packing.PackingMemory()
         self._idle_since: float | None = None
         self._reconsidered: float | None = None
+        self._reconsidered_at_change = -1
+        self._passed: tuple[float, int] | None = None
+
+    def _rank(self, now: float) -> las.Ranking | None:
+        return None if self.levels is None else las.Ranking(self.levels, now)
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
         """Reactive pass: hand on freed slices, shrink on demand, place pending, un-slice."""
         cfg = self.config
-        out = timeslice.resume_idle_sets(state, now)
+        rank = self._rank(now)
+        out = timeslice.resume_idle_sets(state, now, rank)
         if cfg.elastic and state.elastic and state.pending:
             demand = sum(g for (_, g), jobs in state.pending.items() for _ in jobs)
             if demand > state.total_free:
                 out += elastic.shrink(state, now, demand - state.total_free)
         out += self._unstarve(state, now)
-        out += self._place_pending(state, now)
+        out += self._place_pending(state, now, rank)
         if cfg.migration:
             out += migration.unslice(state, now)
-            out += timeslice.resume_idle_sets(state, now)
+            out += timeslice.resume_idle_sets(state, now, rank)
         return out
 
     def _unstarve(self, state: ClusterState, now: float) -> list[Decision]:
@@ -122,58 +153,125 @@ class GandivaPolicy:
         if not self.config.starvation_guard or not state.pending:
             return []
         starved = starvation.starving(state, now, self.config.starvation_limit)
-        return [] if starved is None else starvation.make_room(state, *starved, now)
+        return [] if starved is None else starvation.unstarve(state, *starved, now)
 
-    def _place_pending(self, state: ClusterState, now: float) -> list[Decision]:
-        """Algorithm 1 for each pending job, high priority first, then in arrival order.
+    def _place_pending(
+        self, state: ClusterState, now: float, rank: las.Ranking | None
+    ) -> list[Decision]:
+        """Algorithm 1 for each pending job: best-ranked first (priority, then arrival).
 
-        A job that cannot be placed holds back the later jobs of its bucket
-        (same priority and size): they would get the same answer.
+        With least attained service the rank is priority, then level, then
+        arrival. A job that cannot be placed holds back the later jobs of its
+        bucket (same priority and size): they would get the same answer.
         """
         height = self.config.max_height if self.config.timeslicing else 1.0
-        iters = {key: iter(list(bucket)) for key, bucket in state.pending.items()}
-        heads: list[tuple[int, int, str, tuple[int, int]]] = []
-        for key, it in iters.items():
+        jobs = state.jobs
+        heads: list[tuple[tuple[int, ...], str, tuple[int, int]]] = []
+        iters = {}
+        for key, bucket in state.pending.items():
+            order = sorted(bucket, key=lambda j: rank(jobs[j])) if rank else list(bucket)
+            iters[key] = it = iter(order)
             first = next(it)
-            heads.append((-key[0], state.jobs[first].seq, first, key))
+            heads.append((self._key(jobs[first], rank), first, key))
         heapq.heapify(heads)
         out: list[Decision] = []
         while heads:
-            _, _, job_id, key = heapq.heappop(heads)
-            js = state.jobs[job_id]
+            _, job_id, key = heapq.heappop(heads)
+            js = jobs[job_id]
             out += placement.place(state, js, now, height)
             if not js.gpus:
                 continue
             nxt = next(iters[key], None)
             if nxt is not None:
-                heapq.heappush(heads, (-key[0], state.jobs[nxt].seq, nxt, key))
+                heapq.heappush(heads, (self._key(jobs[nxt], rank), nxt, key))
         return out
+
+    @staticmethod
+    def _key(js: JobState, rank: las.Ranking | None) -> tuple[int, ...]:
+        return rank(js) if rank is not None else (-int(js.spec.priority), js.seq)
+
+    def _displace(self, state: ClusterState, now: float, rank: las.Ranking) -> list[Decision]:
+        """Requeue jobs of a higher level for the best-ranked waiting job of each bucket.
+
+        Only jobs that can checkpoint, of no higher priority and a higher
+        level (more attained service) than the waiting job are displaced;
+        they wait in the queue with their progress kept.
+        """
+        levels = rank.levels
+        jobs = state.jobs
+        out: list[Decision] = []
+        heads = [min((jobs[j] for j in bucket), key=rank) for bucket in state.pending.values()]
+        for js in sorted(heads, key=rank):
+            if js.status is not JobStatus.PENDING:
+                continue
+            level = levels.level(js, now)
+            prio = js.spec.priority
+
+            def yields(other: JobState, level: int = level, prio: int = prio) -> bool:
+                return other.spec.can_checkpoint and (
+                    other.spec.priority < prio
+                    or (other.spec.priority == prio and levels.level(other, now) > level)
+                )
+
+            because = f"it has had less GPU time ({rank.describe(js)})"
+            out += starvation.make_room(state, js, yields, now, because)
+        return out
+
+    def _promote(self, state: ClusterState, now: float) -> None:
+        """Promote waiting jobs that waited long for their service (the LAS starvation guard)."""
+        if self.levels is None:
+            return
+        for bucket in state.pending.values():
+            for j in bucket:
+                self.levels.promote(state.jobs[j], now)
+        for key in state.shared:
+            for m in state.groups[key]:
+                js = state.jobs[m]
+                if js.status is JobStatus.SUSPENDED:
+                    self.levels.promote(js, now)
 
     def introspect(self, state: ClusterState, now: float) -> list[Decision]:
         """Introspective pass: rotate time slices every quantum; reconsider placements less often.
 
-        Pack reviews, packing, regrouping and defragmentation run at most
-        every ``reconsider_every`` seconds: they scan every GPU set, and their
-        inputs (profiles, free GPUs) change far more slowly than a quantum.
+        With least attained service, waiting jobs due for promotion are
+        promoted first, and the best-ranked waiting job of each size may
+        displace jobs of higher levels. Pack reviews, packing, regrouping and
+        defragmentation run at most every ``reconsider_every`` seconds, and
+        only when the cluster changed since the last time they ran: they
+        scan every GPU set, and their inputs (profiles, free GPUs) change far
+        more slowly than a quantum.
         """
         cfg = self.config
-        out = timeslice.resume_idle_sets(state, now)
+        rank = self._rank(now)
+        self._promote(state, now)
+        out = timeslice.resume_idle_sets(state, now, rank)
         freed = self._unstarve(state, now)
+        if rank is not None and state.pending:
+            freed += self._displace(state, now, rank)
         if freed:
-            out += freed + self._place_pending(state, now)
+            out += freed + self._place_pending(state, now, rank)
         if cfg.timeslicing:
             turns = (
                 packing.TurnPacking(self._memory, cfg.pack_util_limit, cfg.pack_keep_above)
                 if cfg.packing
                 else None
             )
-            out += timeslice.rotate(state, now, cfg.quantum, cfg.checkpoint_quantum, turns)
-        if self._reconsidered is None or now - self._reconsidered >= cfg.reconsider_every:
+            out += timeslice.rotate(state, now, cfg.quantum, cfg.checkpoint_quantum, turns, rank)
+        if self._reconsider_due(state, now):
             self._reconsidered = now
             out += self._reconsider(state, now)
+            self._reconsidered_at_change = state.changes
         if cfg.elastic and state.elastic:
             out += self._grow_when_idle(state, now)
-        return out + timeslice.resume_idle_sets(state, now)
+        out += timeslice.resume_idle_sets(state, now, rank)
+        self._passed = (now, state.changes)
+        return out
+
+    def _reconsider_due(self, state: ClusterState, now: float) -> bool:
+        if state.changes == self._reconsidered_at_change:
+            return False
+        last = self._reconsidered
+        return last is None or now - last >= self.config.reconsider_every
 
     def _reconsider(self, state: ClusterState, now: float) -> list[Decision]:
         """Review packs, pack waiting jobs, regroup spread jobs, defragment."""
@@ -214,3 +312,52 @@ class GandivaPolicy:
     def wants_introspection(self, state: ClusterState) -> bool:
         """Whether a pass could change anything: shared sets, queued, spread or elastic jobs."""
         return bool(state.shared or state.pending or state.scattered or state.elastic)
+
+    def wake_at(self, state: ClusterState, now: float) -> float | None:
+        """The earliest time a pass could decide anything if no event comes first; None: never.
+
+        Round robin hands turns on every quantum, so it is always due. With
+        least attained service, nothing changes between events except at
+        known moments: a runner entering a higher level, a waiting job due
+        for promotion or for the size-share guard, the next reconsideration
+        after a change, elastic growth after an idle period. Simulators use
+        this to jump the clock over passes that would decide nothing.
+        """
+        cfg = self.config
+        levels = self.levels
+        if not self.wants_introspection(state):
+            return None
+        passed = self._passed
+        if levels is None or (cfg.elastic and state.elastic):
+            return now
+        if passed is None or passed[1] != state.changes:
+            return now
+        due: list[float] = []
+        if state.changes != self._reconsidered_at_change:
+            last = self._reconsidered
+            due.append(now if last is None else last + cfg.reconsider_every)
+        if cfg.starvation_guard:
+            due += [
+                state.jobs[next(iter(b))].since + cfg.starvation_limit
+                for (_, count), b in state.pending.items()
+                if count > 1
+            ]
+        waiting = [js for js in state.jobs.values() if js.status is not JobStatus.RUNNING]
+        due += [t for js in waiting if (t := levels.promote_at(js)) is not None]
+        if waiting:
+            least = min(levels.level(js, now) for js in waiting)
+            for js in state.jobs.values():
+                if js.status is JobStatus.RUNNING and levels.level(js, now) >= least:
+                    crossing = levels.crosses_at(js, now)
+                    if crossing is not None:
+                        due.append(crossing)
+        rank = las.Ranking(levels, now)
+        for key in state.shared:
+            best = timeslice.next_in_turn(state, key, None, rank=rank)
+            if best is not None and state.jobs[best].status is JobStatus.SUSPENDED:
+                members = state.member_jobs(key)
+                turns = [m.last_resumed for m in members if m.status is JobStatus.RUNNING]
+                due.append(max(turns, default=now) + cfg.quantum)
+        # What was due by the last pass was looked at then, and nothing changed since.
+        due = [t for t in due if t > passed[0]]
+        return max(min(due), now) if due else None

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from gctl.core.decisions import Decision, Place
 from gctl.core.model import ShareMode
-from gctl.core.policies.fifo import first_fit
+from gctl.core.placement import consolidated_set
 from gctl.core.state import ClusterState
 
 
 class BackfillPolicy:
-    """Exclusive first fit in arrival order, skipping jobs that do not fit."""
+    """Exclusive consolidated placement in arrival order, skipping jobs that do not fit."""
 
     name = "backfill"
 
@@ -28,7 +28,7 @@ class BackfillPolicy:
         for job_id in queued:
             if not state.total_free:
                 break
-            gpus = first_fit(state, state.jobs[job_id].spec.gpus)
+            gpus = consolidated_set(state, state.jobs[job_id].spec.gpus)
             if gpus is not None:
                 place = Place(job_id, gpus, ShareMode.EXCLUSIVE, "backfill: fits now")
                 out += state.commit([place], now)
