@@ -83,9 +83,10 @@ def _pct(change: float | None) -> str:
 
 def row(name: str, report: dict[str, object]) -> str:
     """One Markdown table row of a report."""
-    changes = report["changes"]
+    by_baseline = report["changes"]
     results = report["results"]
-    assert isinstance(changes, dict) and isinstance(results, list)
+    assert isinstance(by_baseline, dict) and isinstance(results, list)
+    changes = by_baseline["fifo"]
     gandiva, fifo = (r["metrics"] for r in results)
     cells = [
         name,

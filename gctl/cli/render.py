@@ -169,7 +169,7 @@ def _change(value: float | None) -> str:
 
 
 def sim_report(report: SimReport) -> None:
-    """Policies side by side, with the relative change of the first against the second."""
+    """Policies side by side, then the relative change of the first against each baseline."""
     from rich.table import Table
     from rich.text import Text
 
@@ -179,26 +179,19 @@ def sim_report(report: SimReport) -> None:
     table.add_column("metric")
     for r in results:
         table.add_column(inert(r.policy), justify="right")
-    if report.changes is not None:
-        table.add_column(inert(f"{results[0].policy} vs {results[1].policy}"), justify="right")
+    for baseline in report.changes:
+        table.add_column(inert(f"{results[0].policy} vs {baseline}"), justify="right")
+    blank = [""] * len(report.changes)
     for key, label, kind in _ROWS:
         row = [label] + [_fmt(float(getattr(r.metrics, key)), kind) for r in results]
-        if report.changes is not None:
-            row.append(_change(report.changes[key]["change"]))
+        row += [_change(changes[key]["change"]) for changes in report.changes.values()]
         table.add_row(*row)
     for key in _COUNTS:
-        row = [key] + [str(r.metrics.counts.get(key, 0)) for r in results]
-        if report.changes is not None:
-            row.append("")
-        table.add_row(*row)
+        table.add_row(key, *[str(r.metrics.counts.get(key, 0)) for r in results], *blank)
     row = ["finished / unfinished"]
     row += [f"{r.metrics.finished} / {len(r.unfinished)}" for r in results]
-    table.add_row(*row, *([""] if report.changes is not None else []))
-    table.add_row(
-        "simulated in",
-        *[f"{r.wall_seconds:.1f}s" for r in results],
-        *([""] if report.changes is not None else []),
-    )
+    table.add_row(*row, *blank)
+    table.add_row("simulated in", *[f"{r.wall_seconds:.1f}s" for r in results], *blank)
     _show(table)
     rejected = results[0].rejected
     if rejected:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,9 +11,8 @@ import typer
 
 from gctl.cli import render
 from gctl.cli.context import JsonOpt
-from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options, parse_window
-from gctl.limits import INT_MAX, PERIOD_MAX, TEXT_MAX, check_text
+from gctl.limits import INT_MAX, PERIOD_MAX, TEXT_MAX, check_text, shown
 
 app = typer.Typer(help="Replay workload traces through the scheduler (same code as the daemon).")
 
@@ -26,7 +27,11 @@ def run_cmd(
     ] = "12x8",
     policy: Annotated[str, typer.Option(help="Policy to evaluate.")] = "gandiva",
     compare: Annotated[
-        str | None, typer.Option(help="Baseline policy run on the same jobs.")
+        str | None,
+        typer.Option(
+            help="Baseline policies run on the same jobs, comma-separated (e.g. fifo,las);"
+            " '' for none."
+        ),
     ] = "fifo",
     option: Annotated[
         list[str] | None,
@@ -57,9 +62,17 @@ def run_cmd(
     seed: Annotated[
         int, typer.Option(min=0, max=INT_MAX, help="Seed for model and elastic draws.")
     ] = 0,
+    per_job: Annotated[
+        Path | None,
+        typer.Option(
+            "--per-job",
+            metavar="FILE.csv",
+            help="Also write one CSV row per job per policy (submit, start, end, JCT, ...).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Simulate POLICY on TRACE and compare it with a baseline, side by side."""
+    """Simulate POLICY on TRACE and compare it with baselines, side by side."""
     # Imported here so store commands do not pay for the simulator at start-up.
     from rich.progress import (
         BarColumn,
@@ -83,12 +96,13 @@ def run_cmd(
         )
     )
     check_text(str(trace), "TRACE", limit=TEXT_MAX)
-    if compare == policy:
-        raise UsageError("--compare must name a different policy than --policy")
+    baselines = _baselines(compare or "", policy)
+    if per_job is not None:
+        _check_per_job(per_job, trace)
     request = SimRequest(
         trace=trace,
         cluster=cluster,
-        policies=(policy, compare) if compare else (policy,),
+        policies=(policy, *baselines),
         policy_options=parse_options(option or []),
         perf=perf,
         tick=tick,
@@ -116,7 +130,62 @@ def run_cmd(
             bar.update(tasks[name], completed=done)  # type: ignore[arg-type]
 
         report = run(request, progress)
+    if per_job is not None:
+        from gctl.sim.runner import per_job_rows, write_per_job
+
+        write_per_job(per_job, per_job_rows(report))
     if json_out:
         render.emit_json(report.to_dict())
     else:
         render.sim_report(report)
+
+
+def _baselines(compare: str, policy: str) -> tuple[str, ...]:
+    """The ``--compare`` list as names: registered policies, distinct, none of them ``policy``.
+
+    An empty value means no baseline. Anything else wrong is a usage error
+    (exit 2), caught before any simulation starts.
+    """
+    from gctl.core.policy import available_policies
+
+    check_text(compare, "--compare", limit=TEXT_MAX)
+    if not compare.strip():
+        return ()
+    names = tuple(name.strip() for name in compare.split(","))
+    known = available_policies()
+    seen: set[str] = set()
+    for name in names:
+        if not name:
+            raise typer.BadParameter(f"empty name in {shown(compare)}", param_hint="'--compare'")
+        if name not in known:
+            raise typer.BadParameter(
+                f"unknown policy {shown(name)} (registered: {', '.join(known) or 'none'})",
+                param_hint="'--compare'",
+            )
+        if name == policy:
+            raise typer.BadParameter(
+                f"{shown(name)} is the --policy itself; name a different baseline",
+                param_hint="'--compare'",
+            )
+        if name in seen:
+            raise typer.BadParameter(f"{shown(name)} is named twice", param_hint="'--compare'")
+        seen.add(name)
+    return names
+
+
+def _check_per_job(path: Path, trace: Path) -> None:
+    """Refuse a ``--per-job`` path that cannot be written, before the simulation runs.
+
+    The trace itself is a usage error (exit 2); a missing folder or a
+    folder in place of the file is a file error (exit 1), as for the trace.
+    """
+    check_text(str(path), "--per-job", limit=TEXT_MAX)
+    if path.resolve() == trace.resolve() or (
+        path.exists() and trace.exists() and path.samefile(trace)
+    ):
+        raise typer.BadParameter("is the trace itself", param_hint="'--per-job'")
+    parent = path.parent
+    if not parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no such directory", str(parent))
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))

@@ -138,7 +138,11 @@ class Simulator:
             js = self.state.jobs.get(job_id)
             spec = self.runs[job_id].job.spec
             first = js.first_run if js is not None else None
-            self.records.append(JobRecord(job_id, spec.gpus, spec.submit_time, first, None))
+            self.records.append(
+                JobRecord(
+                    job_id, spec.gpus, spec.submit_time, first, None, *self.counters.of_job(job_id)
+                )
+            )
         metrics = summarize(self.records, self.counters, self.busy_seconds, total)
         return SimResult(
             self.policy.name,
@@ -172,7 +176,16 @@ class Simulator:
         run = self.runs.pop(job_id)
         js = self.state.finish(job_id, now)
         spec = run.job.spec
-        self.records.append(JobRecord(job_id, spec.gpus, spec.submit_time, js.first_run, now))
+        self.records.append(
+            JobRecord(
+                job_id,
+                spec.gpus,
+                spec.submit_time,
+                js.first_run,
+                now,
+                *self.counters.of_job(job_id),
+            )
+        )
         self._refresh({run.key: None}, {}, now)
 
     # ---- the one place decisions take effect --------------------------

@@ -21,6 +21,11 @@ Definitions (all times in seconds):
   so that reports name the quantity they mean, and so that a simulator which
   one day records the first placement apart from the first progress (a job
   placed and suspended at once, say) can tell them apart.
+* **Per-job decision tallies**: :class:`Counters` also counts, for each job,
+  the ``Suspend`` decisions taken on it (its *suspends*) and its *moves*, the
+  decisions that take it off its GPUs for others: ``Migrate`` and
+  ``Requeue``. A grow, a shrink or a pack is not a move here.
+  :class:`JobRecord` carries both, so per-job reports can show them.
 * **GPU utilisation** is busy GPU-seconds over ``total_gpus * makespan``; it
   is ``0.0`` when that capacity is zero. It is not clamped: a value above 1
   means the busy time passed in exceeds what the cluster could have done.
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from gctl.core.decisions import (
     Grow,
@@ -66,6 +71,8 @@ class JobRecord:
     ``first_run`` is the first time the job made progress (``None`` if it never
     ran) and ``finish`` when it completed (``None`` if it never finished, e.g.
     because the simulation was cut off). A finished job must have run.
+    ``suspends`` and ``moves`` are the job's decision tallies (see the module
+    docstring and :meth:`Counters.of_job`).
     """
 
     job_id: str
@@ -73,11 +80,18 @@ class JobRecord:
     submit: float
     first_run: float | None
     finish: float | None
+    suspends: int = 0
+    moves: int = 0
 
     def __post_init__(self) -> None:
         """Reject records that cannot describe a real job."""
         if self.gpus < 0:
             raise ValueError(f"job {self.job_id!r}: gpus must be >= 0, got {self.gpus}")
+        if self.suspends < 0 or self.moves < 0:
+            raise ValueError(
+                f"job {self.job_id!r}: suspends and moves must be >= 0, got "
+                f"{self.suspends} and {self.moves}"
+            )
         if self.first_run is not None and self.first_run < self.submit:
             raise ValueError(
                 f"job {self.job_id!r}: first_run {self.first_run} is before submit {self.submit}"
@@ -115,10 +129,13 @@ _COUNTER_FIELD: dict[type, str] = {
     Requeue: "requeues",
 }
 
+_JOB_MOVES = (Migrate, Requeue)
+"""Decisions that count as a move of their job (see the module docstring)."""
+
 
 @dataclass(slots=True)
 class Counters:
-    """How many decisions of each kind a run took."""
+    """How many decisions of each kind a run took, and per job its suspends and moves."""
 
     places: int = 0
     queues: int = 0
@@ -130,21 +147,32 @@ class Counters:
     grows: int = 0
     shrinks: int = 0
     requeues: int = 0
+    per_job: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
+    """Job id to its ``(suspends, moves)``; only jobs with at least one of either."""
 
     def count(self, decision: object) -> None:
-        """Add one to the counter for ``decision``'s kind.
+        """Add one to the counter for ``decision``'s kind, and to its job's tally if it has one.
 
         Raises :class:`TypeError` if ``decision`` is not one of the decision
         types of :mod:`gctl.core.decisions`.
         """
-        name = _COUNTER_FIELD.get(type(decision))
+        kind = type(decision)
+        name = _COUNTER_FIELD.get(kind)
         if name is None:
-            raise TypeError(f"not a scheduling decision: {type(decision).__qualname__}")
+            raise TypeError(f"not a scheduling decision: {kind.__qualname__}")
         setattr(self, name, getattr(self, name) + 1)
+        if isinstance(decision, (Suspend, *_JOB_MOVES)):
+            suspends, moves = self.per_job.get(decision.job_id, (0, 0))
+            suspend = kind is Suspend
+            self.per_job[decision.job_id] = (suspends + suspend, moves + (not suspend))
+
+    def of_job(self, job_id: str) -> tuple[int, int]:
+        """Return ``(suspends, moves)`` counted so far for ``job_id``; ``(0, 0)`` if none."""
+        return self.per_job.get(job_id, (0, 0))
 
     def as_dict(self) -> dict[str, int]:
-        """Return every counter by field name, in declaration order."""
-        return {f.name: int(getattr(self, f.name)) for f in fields(self)}
+        """Return every decision counter by field name, in declaration order."""
+        return {f.name: int(getattr(self, f.name)) for f in fields(self) if f.name != "per_job"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,14 @@
 """Use-case layer for ``gctl sim``: load a trace, prepare it, run policies, compare them.
 
-The CLI parses arguments and renders; everything it shows comes from here.
+The CLI parses arguments and renders; everything it shows comes from here,
+and so does the per-job CSV (:func:`per_job_rows`, :func:`write_per_job`).
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,7 +20,7 @@ from gctl.core.policy import load_policy
 from gctl.sim import profiles
 from gctl.sim.cluster_spec import parse_cluster
 from gctl.sim.engine import SimResult, Simulator
-from gctl.sim.metrics import compare
+from gctl.sim.metrics import JobRecord, compare
 from gctl.sim.perf import PerfConfig
 from gctl.sim.traces import load_trace
 from gctl.sim.workload import TraceJob
@@ -44,14 +48,23 @@ class SimRequest:
 
 @dataclass(frozen=True, slots=True)
 class SimReport:
-    """Results of every policy on the same jobs; ``changes`` is the first against the second."""
+    """Results of every policy on the same jobs, the first against each of the others.
+
+    ``results`` holds the evaluated policy first, then the baselines in the
+    order asked for. ``changes`` maps each baseline's name to
+    :func:`~gctl.sim.metrics.compare` of it (``base``) with the evaluated
+    policy (``new``), in the same order; it is empty when there is no
+    baseline. ``records`` holds each policy's job records in trace order, in
+    the order of ``results`` (jobs too large for the cluster have none).
+    """
 
     trace: str
     cluster: str
     total_gpus: int
     jobs: int
     results: tuple[SimResult, ...]
-    changes: dict[str, dict[str, float | None]] | None
+    changes: dict[str, dict[str, dict[str, float | None]]]
+    records: tuple[tuple[JobRecord, ...], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form with stable keys."""
@@ -109,7 +122,9 @@ def run(request: SimRequest, progress: Progress | None = None) -> SimReport:
         window=request.window,
     )
     jobs = prepare(loaded, request.seed, request.elastic_fraction)
+    order = {job.spec.id: i for i, job in enumerate(jobs)}
     results = []
+    records = []
     for policy in policies:
         report: Callable[[int, int], None] | None = None
         if progress is not None:
@@ -120,9 +135,8 @@ def run(request: SimRequest, progress: Progress | None = None) -> SimReport:
 
         sim = Simulator(cluster, policy, request.perf, tick=request.tick)
         results.append(sim.run(jobs, report))
-    changes = None
-    if len(results) > 1:
-        changes = compare(results[1].metrics, results[0].metrics)
+        records.append(tuple(sorted(sim.records, key=lambda r: order[r.job_id])))
+    changes = {r.policy: compare(r.metrics, results[0].metrics) for r in results[1:]}
     return SimReport(
         str(request.trace),
         request.cluster,
@@ -130,4 +144,76 @@ def run(request: SimRequest, progress: Progress | None = None) -> SimReport:
         len(jobs),
         tuple(results),
         changes,
+        tuple(records),
     )
+
+
+PER_JOB_HEADER: tuple[str, ...] = (
+    "policy",
+    "job_id",
+    "gpus",
+    "submit",
+    "start",
+    "end",
+    "jct",
+    "queueing",
+    "suspends",
+    "moves",
+)
+"""Columns of the ``--per-job`` CSV.
+
+One row per job per policy, policies in the order of the report and jobs in
+trace order. Times are seconds on the trace's clock: ``start`` is the job's
+first progress and ``queueing`` is ``start - submit``, both empty if it never
+ran; ``end`` and ``jct`` (``end - submit``) are empty if it never finished.
+``suspends`` counts Suspend decisions taken on the job; ``moves`` counts its
+Migrate and Requeue decisions. Jobs too large for the cluster have no row.
+"""
+
+
+def _cell(value: float | None) -> str:
+    """A CSV cell for a time: ``repr`` of the float (exact), or empty for ``None``."""
+    return "" if value is None else repr(float(value))
+
+
+def per_job_rows(report: SimReport) -> list[list[str]]:
+    """The ``--per-job`` rows of ``report``, without the header (see :data:`PER_JOB_HEADER`)."""
+    rows: list[list[str]] = []
+    for result, records in zip(report.results, report.records, strict=True):
+        for r in records:
+            rows.append(
+                [
+                    result.policy,
+                    r.job_id,
+                    str(r.gpus),
+                    _cell(r.submit),
+                    _cell(r.first_run),
+                    _cell(r.finish),
+                    _cell(r.jct),
+                    _cell(r.queueing_delay),
+                    str(r.suspends),
+                    str(r.moves),
+                ]
+            )
+    return rows
+
+
+def write_per_job(path: Path, rows: Sequence[Sequence[str]]) -> None:
+    """Write ``rows`` under :data:`PER_JOB_HEADER` to ``path`` as CSV, all or nothing.
+
+    The file is written beside ``path`` under a temporary name and renamed
+    over it, so a reader never sees half a file and a failed write leaves
+    any earlier file in place. Raises :class:`OSError` as the file system does.
+    """
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(PER_JOB_HEADER)
+    writer.writerows(rows)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(buf.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 from pathlib import Path
 
+import pytest
 from clikit import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +26,8 @@ def test_json_report_compares_both_policies_on_the_same_jobs() -> None:
     assert doc["jobs"] == 60 and doc["total_gpus"] == 16
     for r in doc["results"]:
         assert r["metrics"]["finished"] + len(r["unfinished"]) + len(r["rejected"]) == 60
-    change = doc["changes"]["avg_jct"]
+    assert list(doc["changes"]) == ["fifo"]
+    change = doc["changes"]["fifo"]["avg_jct"]
     assert change["change"] == (change["new"] - change["base"]) / change["base"]
 
 
@@ -78,7 +82,6 @@ def test_errors_are_one_line_and_exit_1() -> None:
         ("sim", "run", str(TRACE), "-o", "max_hieght=2"),
         ("sim", "run", str(TRACE), "-o", "noequals"),
         ("sim", "run", str(TRACE), "--window", "5h:1h"),
-        ("sim", "run", str(TRACE), "--compare", "gandiva"),
     ]
     for args in cases:
         code, out, err = run(*args)
@@ -110,3 +113,153 @@ def test_garbage_cluster_specs_never_crash(spec: str) -> None:
     else:
         assert (code, out) == (1, "")
         assert err == f"gctl: error: {expected}\n"
+
+
+# --- several baselines and the per-job CSV -------------------------------------
+
+SMALL = ("--cluster", "2x8", "--limit", "60")
+
+
+def test_table_has_a_column_per_policy_and_a_change_column_per_baseline() -> None:
+    code, out, err = run("sim", "run", str(TRACE), *SMALL, "--compare", "fifo,backfill")
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if "metric" in line)
+    cells = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert cells == [
+        "metric",
+        "gandiva",
+        "fifo",
+        "backfill",
+        "gandiva vs fifo",
+        "gandiva vs backfill",
+    ]
+    row = next(line for line in out.splitlines() if "avg JCT" in line)
+    changes = [c.strip() for c in row.strip("│ ").split("│")][4:]
+    assert len(changes) == 2 and all(c.endswith("%") for c in changes), row
+
+
+def test_json_has_the_changes_against_each_baseline_in_order() -> None:
+    code, out, err = run("sim", "run", str(TRACE), *SMALL, "--compare", "backfill,fifo", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    metrics = {r["policy"]: r["metrics"] for r in doc["results"]}
+    assert list(metrics) == ["gandiva", "backfill", "fifo"]
+    assert list(doc["changes"]) == ["backfill", "fifo"]
+    for baseline, changes in doc["changes"].items():
+        for key in ("avg_jct", "makespan", "gpu_utilisation"):
+            assert changes[key]["base"] == metrics[baseline][key]
+            assert changes[key]["new"] == metrics["gandiva"][key]
+    assert doc["changes"]["fifo"]["avg_jct"] != doc["changes"]["backfill"]["avg_jct"]
+
+
+def test_empty_compare_means_no_baseline() -> None:
+    code, out, err = run("sim", "run", str(TRACE), *SMALL, "--compare", "", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [r["policy"] for r in doc["results"]] == ["gandiva"]
+    assert doc["changes"] == {}
+    code, out, _ = run("sim", "run", str(TRACE), *SMALL, "--compare", "")
+    assert code == 0 and " vs " not in out
+
+
+@pytest.mark.parametrize(
+    ("compare", "why"),
+    [
+        ("gandiva", "'gandiva' is the --policy itself"),
+        ("fifo,gandiva", "'gandiva' is the --policy itself"),
+        ("fifo,fifo", "'fifo' is named twice"),
+        ("fifo,nosuch", "unknown policy 'nosuch'"),
+        ("fifo,,backfill", "empty name"),
+        (",", "empty name"),
+    ],
+)
+def test_bad_baselines_are_one_line_usage_errors(compare: str, why: str, tmp_path: Path) -> None:
+    out_csv = tmp_path / "jobs.csv"
+    code, out, err = run("sim", "run", str(TRACE), "--compare", compare, "--per-job", str(out_csv))
+    assert (code, out) == (2, "")
+    assert err.startswith("gctl: error: ") and err.count("\n") == 1, err
+    assert why in err and "--compare" in err
+    assert not out_csv.exists(), "refused before simulating"
+
+
+def _per_job(tmp_path: Path, *args: str) -> tuple[dict[str, object], list[dict[str, str]]]:
+    """Run with --json and --per-job; the report and the CSV rows."""
+    path = tmp_path / "jobs.csv"
+    code, out, err = run("sim", "run", str(TRACE), *args, "--per-job", str(path), "--json")
+    assert code == 0, err
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        assert reader.fieldnames == [
+            "policy",
+            "job_id",
+            "gpus",
+            "submit",
+            "start",
+            "end",
+            "jct",
+            "queueing",
+            "suspends",
+            "moves",
+        ]
+        rows = list(reader)
+    assert [p.name for p in tmp_path.iterdir()] == ["jobs.csv"], "no temporary file left"
+    return json.loads(out), rows
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def test_per_job_csv_agrees_with_the_metrics(tmp_path: Path) -> None:
+    doc, rows = _per_job(tmp_path, "--cluster", "2x8", "--limit", "80", "--compare", "fifo")
+    results = doc["results"]
+    assert isinstance(results, list)
+    jobs = results[0]["metrics"]["jobs"]
+    assert jobs == 80 - len(results[0]["rejected"]) and jobs > 40
+    assert len(rows) == jobs * 2
+    for r in results:
+        mine = [row for row in rows if row["policy"] == r["policy"]]
+        m = r["metrics"]
+        assert len(mine) == m["jobs"]
+        assert len({row["job_id"] for row in mine}) == m["jobs"]
+        jcts = [float(row["jct"]) for row in mine if row["jct"]]
+        assert len(jcts) == m["finished"]
+        assert _mean(jcts) == pytest.approx(m["avg_jct"], rel=1e-12)
+        delays = [float(row["queueing"]) for row in mine if row["queueing"]]
+        assert _mean(delays) == pytest.approx(m["avg_queueing_delay"], rel=1e-12)
+        for row in mine:
+            assert float(row["start"]) - float(row["submit"]) == pytest.approx(
+                float(row["queueing"])
+            )
+            assert float(row["end"]) - float(row["submit"]) == pytest.approx(float(row["jct"]))
+        counts = m["counts"]
+        assert sum(int(row["suspends"]) for row in mine) == counts["suspends"]
+        assert sum(int(row["moves"]) for row in mine) == counts["migrations"] + counts["requeues"]
+    fifo = [row for row in rows if row["policy"] == "fifo"]
+    assert all(row["suspends"] == "0" and row["moves"] == "0" for row in fifo)
+    gandiva = [row for row in rows if row["policy"] == "gandiva"]
+    assert sum(int(row["suspends"]) for row in gandiva) > 0, "the case must time-slice"
+    assert sum(int(row["moves"]) for row in gandiva) > 0, "the case must requeue"
+    assert [row["job_id"] for row in gandiva] == [row["job_id"] for row in fifo], "trace order"
+
+
+def test_per_job_has_no_rows_for_jobs_too_big_for_the_cluster(tmp_path: Path) -> None:
+    doc, rows = _per_job(tmp_path, "--cluster", "1x8", "--limit", "40", "--compare", "")
+    result = doc["results"]
+    assert isinstance(result, list)
+    rejected = set(result[0]["rejected"])
+    assert rejected and not rejected & {row["job_id"] for row in rows}, "too big: no row"
+    assert len(rows) == 40 - len(rejected)
+
+
+def test_per_job_refuses_the_trace_and_missing_folders(tmp_path: Path) -> None:
+    before = TRACE.read_bytes()
+    code, out, err = run("sim", "run", str(TRACE), "--limit", "5", "--per-job", str(TRACE))
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "--per-job" in err
+    assert TRACE.read_bytes() == before
+    missing = tmp_path / "nope" / "jobs.csv"
+    code, out, err = run("sim", "run", str(TRACE), "--limit", "5", "--per-job", str(missing))
+    assert (code, out) == (1, "")
+    assert err == f"gctl: error: {missing.parent}: no such directory\n"
+    code, out, err = run("sim", "run", str(TRACE), "--limit", "5", "--per-job", str(tmp_path))
+    assert (code, out) == (1, "") and err.count("\n") == 1 and str(tmp_path) in err

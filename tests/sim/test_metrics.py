@@ -262,6 +262,50 @@ def test_counters_reject_lookalike_class() -> None:
         Counters().count(Place())
 
 
+def test_counters_tally_suspends_and_moves_per_job() -> None:
+    c = Counters()
+    for decision in (
+        Suspend("a", "time slice over"),
+        Suspend("a", "time slice over"),
+        Migrate(job_id="a", src=(G0,), dst=(G1,), reason="defragment"),
+        Requeue("b", "starving job"),
+        Suspend("b", "time slice over"),
+        # Neither a suspend nor a move:
+        Grow("a", (G0, G1), "idle GPUs"),
+        Shrink("b", (G0,), "make room"),
+        Resume("a", "its turn"),
+        Place("c", (G0,), ShareMode.EXCLUSIVE, "free GPU"),
+        Pack("c", (G1,), ("d",), "low utilisation"),
+        Unpack("c", "interference"),
+    ):
+        c.count(decision)
+    assert (c.of_job("a"), c.of_job("b"), c.of_job("c"), c.of_job("nobody")) == (
+        (2, 1),
+        (1, 1),
+        (0, 0),
+        (0, 0),
+    )
+    assert c.as_dict()["suspends"] == 3, "the run-wide counters still count"
+    assert "per_job" not in c.as_dict()
+
+
+def test_counters_reject_unknown_without_tallying() -> None:
+    c = Counters()
+    with pytest.raises(TypeError):
+        c.count(object())
+    assert c.per_job == {}
+
+
+def test_job_record_tallies_default_to_zero_and_reject_negatives() -> None:
+    r = rec("a", 0.0, 1.0, 2.0)
+    assert (r.suspends, r.moves) == (0, 0)
+    assert JobRecord("a", 1, 0.0, 1.0, 2.0, suspends=3, moves=1).moves == 1
+    with pytest.raises(ValueError, match="suspends and moves"):
+        JobRecord("a", 1, 0.0, 1.0, 2.0, suspends=-1)
+    with pytest.raises(ValueError, match="suspends and moves"):
+        JobRecord("a", 1, 0.0, 1.0, 2.0, moves=-1)
+
+
 # --- relative change and compare ----------------------------------------------
 
 
