@@ -91,9 +91,7 @@ def unstarve(state: ClusterState, js: JobState, owed: Shares, now: float) -> lis
     def yields(other: JobState) -> bool:
         spec = other.spec
         return (
-            spec.gpus < js.spec.gpus
-            and spec.priority <= js.spec.priority
-            and owed.above(spec.gpus)
+            spec.gpus < js.spec.gpus and spec.priority <= js.spec.priority and owed.above(spec.gpus)
         )
 
     because = f"it waited {waited_h:.1f} h for GPUs no job could share"

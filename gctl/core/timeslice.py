@@ -18,9 +18,9 @@ from collections.abc import Collection
 
 from gctl.core import memory
 from gctl.core.decisions import Decision, Resume, Suspend
+from gctl.core.las import Ranking as Rank
 from gctl.core.model import JobStatus
 from gctl.core.packing import TurnPacking, judge_turn_pack, turn_partner
-from gctl.core.las import Ranking as Rank
 from gctl.core.state import ClusterState, GroupKey
 
 

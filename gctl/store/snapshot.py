@@ -48,7 +48,13 @@ Profiles and history
     ``packed_at`` is when the last member of a pack got its GPUs or resumed
     (a time-sliced pair taking its turn together), ``resized_at`` when a
     resized elastic job got its current ones; the job's stored ``reason`` is
-    kept, so a job already told it is queued is not told again.
+    kept, so a job already told it is queued is not told again. Attained
+    service (GPU time had, which least-attained-service policies rank by)
+    is the job's GPUs times the time it spent in ``RUNNING`` or
+    ``COMPLETING`` by its state history, its current stretch counted by the
+    core from ``last_resumed``. A starvation promotion
+    (:attr:`JobState.service_base`) is not stored: it lasts until the
+    promoted job next runs.
 
 Rows that cannot be modelled (a running job with no GPUs, GPUs claimed by
 two different sets, an unknown priority...) are left out and described in
@@ -209,6 +215,7 @@ class _Loader:
         self._submit(state, jobs, entered)
         placed = self._place(state, jobs, entered)
         self._restore(state, jobs, placed)
+        self._attained(state, jobs)
         requeued: list[str] = []
         for name, admin_state in admin.items():
             if admin_state == "drain":
@@ -498,6 +505,26 @@ class _Loader:
                 self.problems.append(
                     f"job {job.row_id}: stored mode {stored} but the core has it {mode.value}"
                 )
+
+    def _attained(self, state: ClusterState, jobs: list[_Job]) -> None:
+        """Set each job's attained service from the closed running stretches of its history."""
+        gpus = {j.row_id: j.spec.gpus for j in jobs if core_job_id(j.row_id) in state.jobs}
+        rows = self.session.connection().execute(
+            select(JobStateRow.job_id, JobStateRow.state, JobStateRow.at)
+            .join(JobRow, JobRow.id == JobStateRow.job_id)
+            .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
+            .order_by(JobStateRow.job_id, JobStateRow.at, JobStateRow.id)
+        )
+        had: dict[int, float] = {}
+        last: tuple[int, str, float] | None = None
+        for job_id, st, at in rows:
+            if last is not None and last[0] == job_id and last[1] in RUNNING_STATES:
+                had[job_id] = had.get(job_id, 0.0) + gpus.get(job_id, 0) * max(at - last[2], 0.0)
+            last = (job_id, st, at)
+        for row_id, seconds in had.items():
+            js = state.jobs.get(core_job_id(row_id))
+            if js is not None:
+                js.attained = seconds
 
     def _observe(self, state: ClusterState) -> None:
         """Give each job its latest profile sample and the rate it made running alone."""

@@ -7,8 +7,8 @@ from corekit import new_state, of_type, put, submit
 
 from gctl.core.decisions import Place, Resume, Suspend
 from gctl.core.model import JobStatus, Priority, ShareMode
-from gctl.core.policies.fifo import FifoPolicy
 from gctl.core.placement import consolidated_set
+from gctl.core.policies.fifo import FifoPolicy
 
 
 def test_head_of_line_blocks_later_jobs_that_would_fit() -> None:

@@ -15,6 +15,7 @@ from gctl.core.decisions import Decision, Grow, Migrate, Pack, Place, Queue, Req
 from gctl.core.model import Cluster, JobSpec, JobStatus, Observed, Priority
 from gctl.core.policies.fifo import FifoPolicy
 from gctl.core.policies.gandiva import GandivaPolicy
+from gctl.core.policies.las import LasPolicy
 from gctl.core.policy import Policy
 from gctl.core.state import ClusterState, GroupKey
 
@@ -23,6 +24,15 @@ EPS = 1e-9
 
 def _gandiva_default() -> Policy:
     return GandivaPolicy()
+
+
+def _gandiva_las_fast() -> Policy:
+    """Least attained service with levels a few introspective passes apart, and quick promotion."""
+    return GandivaPolicy(reconsider_every=0.0, level_base=40.0, level_factor=3.0, promote_after=2.0)
+
+
+def _las_fast() -> Policy:
+    return LasPolicy(quantum=20.0, level_base=40.0, level_factor=3.0, promote_after=2.0)
 
 
 def _gandiva_small() -> Policy:
@@ -39,6 +49,10 @@ def _gandiva_impatient() -> Policy:
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "gandiva": _gandiva_default,
+    "gandiva-las-fast-levels": _gandiva_las_fast,
+    "gandiva-round-robin": gandiva,
+    "las": LasPolicy,
+    "las-fast-levels": _las_fast,
     "gandiva-small-height": _gandiva_small,
     "gandiva-height-1": _gandiva_flat,
     "gandiva-starvation-guard": _gandiva_impatient,
@@ -100,6 +114,7 @@ class Run:
     queued: set[str] = field(default_factory=set)
     seq: int = 0
     requeues: int = 0
+    attained: dict[str, float] = field(default_factory=dict)
 
     def decided(self, decisions: list[Decision]) -> None:
         for d in decisions:
@@ -151,6 +166,13 @@ def check(run: Run, *, after_pass: bool) -> None:
             else:
                 assert js.held == spec.gpus
     assert set(pending_ids) | resident == set(jobs)
+
+    # (h) attained service never decreases, and a promotion never counts more than was had
+    for j, js in jobs.items():
+        had = js.attained_at(run.now)
+        assert had >= run.attained.get(j, 0.0) - EPS, f"{j}: attained service went down"
+        assert 0.0 <= js.service_base <= had + EPS
+        run.attained[j] = had
     assert set(state.elastic) == {j for j in resident if jobs[j].spec.elastic}
 
     # (a) groups are disjoint; shared sets are exactly those with several members

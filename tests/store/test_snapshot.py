@@ -361,11 +361,13 @@ def test_a_policy_pass_written_to_the_store_loads_back_as_the_same_state(
             )
         }
         for js in core.jobs.values():
-            if not js.gpus:
-                continue
             row = s.get(JobRow, int(js.id))
             assert row is not None
+            row.reason = js.reason  # as the daemon writes it
+            if not js.gpus:
+                continue
             row.start_time = js.first_run
+            row.mechanism = "checkpoint"  # the core's specs can checkpoint
             since = joined[js.id]
             s.add(JobStateRow(job_id=row.id, state="RUNNING", at=since))
             if js.status is JobStatus.SUSPENDED:
@@ -398,6 +400,10 @@ def test_a_policy_pass_written_to_the_store_loads_back_as_the_same_state(
     assert (state.total_free, state.cluster_height()) == (core.total_free, core.cluster_height())
     assert state.shared == core.shared
     assert _turns(state) == _turns(core) and all(_turns(core).values())
+    for j, js in core.jobs.items():  # the same GPU time had, to the history's precision
+        assert state.jobs[j].attained_at(t0 + 1000) == pytest.approx(
+            js.attained_at(t0 + 1000), abs=1
+        )
     # The next pass decides the same on both.
     after = [d.job_id for d in GandivaPolicy().introspect(state, t0 + 1000)]
     assert after == [d.job_id for d in GandivaPolicy().introspect(core, t0 + 1000)]
@@ -429,3 +435,23 @@ def test_load_time_1000_nodes_10000_pending_jobs(tmp_path: Path) -> None:
     assert len(snap.state.nodes) == 1000 and snap.state.total_free == 8000
     assert sum(len(b) for b in snap.state.pending.values()) == 10_000
     assert snap.problems == ()
+
+
+def test_attained_service_comes_from_the_running_stretches_of_the_history(
+    store: db.Store,
+) -> None:
+    """2 GPUs: ran 100 s, suspended 50 s, ran 30 s, requeued, running again since t+300."""
+    node(store, "a1")
+    (job,) = jobs.submit(store, [req(2)])
+    t = time.time()
+    history = [("RUNNING", 0), ("SUSPENDED", 100), ("RUNNING", 150), ("REQUEUED", 180)]
+    with transaction(store.engine, write=True) as s:
+        for st, dt in history:
+            s.add(JobStateRow(job_id=job, state=st, at=t + dt, reason="test"))
+    on_gpus(store, job, "a1", (0, 1), since=t + 300, entered=t + 300)
+    js = snapshot.read(store.engine, now=t + 400).state.jobs[_id(job)]
+    # 2 x (100 + 30) closed, plus 2 x 100 of the current stretch
+    assert js.attained_at(t + 400) == pytest.approx(2 * 130 + 2 * 100)
+    policy = GandivaPolicy()
+    assert policy.levels is not None
+    assert policy.levels.describe(js, t + 400).startswith("level 1 of 3: 0.1 GPU-hours")

@@ -49,4 +49,3 @@ class FifoPolicy:
     def wants_introspection(self, state: ClusterState) -> bool:
         """Never: there is nothing to revisit."""
         return False
-

@@ -79,7 +79,9 @@ class GandivaConfig:
                 f"gandiva option order={self.order!r}: must be one of {', '.join(ORDERS)}"
             )
         if self.level_factor <= 1:
-            raise PolicyOptionError(f"gandiva option level_factor={self.level_factor!r}: must be > 1")
+            raise PolicyOptionError(
+                f"gandiva option level_factor={self.level_factor!r}: must be > 1"
+            )
 
     def ranking(self) -> las.Levels | None:
         """The least-attained-service levels when ``order`` is ``las``, else None."""
@@ -345,7 +347,8 @@ class GandivaPolicy:
         waiting = [js for js in state.jobs.values() if js.status is not JobStatus.RUNNING]
         due += [t for js in waiting if (t := levels.promote_at(js)) is not None]
         if waiting:
-            least = min(levels.level(js, now) for js in waiting)
+            # A runner entering level L+1 falls behind waiting jobs of that level that came first.
+            least = min(levels.level(js, now) for js in waiting) - 1
             for js in state.jobs.values():
                 if js.status is JobStatus.RUNNING and levels.level(js, now) >= least:
                     crossing = levels.crosses_at(js, now)

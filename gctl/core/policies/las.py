@@ -34,7 +34,7 @@ class LasPolicy:
         level_factor: float = las.DEFAULT.factor,
         promote_after: float = las.DEFAULT.promote_after,
     ) -> None:
-        """Levels as in gandiva's options of the same names; ``quantum``: least run before preemption."""
+        """Level options as gandiva's; ``quantum``: the least run before a preemption."""
         try:
             self.levels = las.Levels(levels, level_base, level_factor, promote_after)
         except (TypeError, ValueError) as exc:
