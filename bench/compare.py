@@ -1,8 +1,10 @@
-"""Gandiva against FIFO on the public traces, with the full performance model.
+"""Gandiva against FIFO and 2D-LAS on the public traces, with the full performance model.
 
 Each case runs ``gctl sim run TRACE --cluster C --policy gandiva --compare
-fifo --json`` in its own process and the script prints one Markdown table of
-the relative changes (negative is better for times). Cluster sizes are
+fifo,las --json`` in its own process and the script prints one Markdown
+table of gandiva's relative changes against both baselines (negative is
+better for times), and its p99 JCT over FIFO's (the starvation guards must
+hold the tail: at most 1.3). Cluster sizes are
 chosen so the queue builds up: each has about three quarters of the trace's
 average GPU demand (its ideal GPU-time over the span of its submissions;
 printed as "demand"), so FIFO's queue grows and scheduling matters. (trace3
@@ -71,7 +73,7 @@ def fluid_makespan(name: str, gpus: int) -> float:
 def run_case(name: str) -> dict[str, object]:
     """Run one comparison and return its JSON report."""
     trace, args = CASES[name]
-    cmd = [str(GCTL), "sim", "run", str(TRACES / trace), *args, "--compare", "fifo", "--json"]
+    cmd = [str(GCTL), "sim", "run", str(TRACES / trace), *args, "--compare", "fifo,las", "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     report: dict[str, object] = json.loads(out.stdout)
     return report
@@ -86,24 +88,29 @@ def row(name: str, report: dict[str, object]) -> str:
     by_baseline = report["changes"]
     results = report["results"]
     assert isinstance(by_baseline, dict) and isinstance(results, list)
-    changes = by_baseline["fifo"]
-    gandiva, fifo = (r["metrics"] for r in results)
+    fifo_changes, las_changes = by_baseline["fifo"], by_baseline["las"]
+    gandiva, fifo, las = (r["metrics"] for r in results)
     cells = [
         name,
         f"{report['cluster']} ({report['total_gpus']} GPUs; demand {demand(name):.0f})",
         str(report["jobs"]),
-        _pct(changes["avg_jct"]["change"]),
-        _pct(changes["makespan"]["change"]),
-        _pct(changes["p95_jct"]["change"]),
+        _pct(fifo_changes["avg_jct"]["change"]),
+        _pct(fifo_changes["makespan"]["change"]),
+        _pct(las_changes["avg_jct"]["change"]),
+        _pct(las_changes["makespan"]["change"]),
+        f"{gandiva['p99_jct'] / fifo['p99_jct']:.2f}",
+        " / ".join(f"{m['avg_jct'] / DAY:.2f}" for m in (gandiva, las, fifo)),
         " / ".join(
             f"{m / DAY:.1f}"
             for m in (
                 gandiva["makespan"],
+                las["makespan"],
                 fifo["makespan"],
                 fluid_makespan(name, int(str(report["total_gpus"]))),
             )
         ),
-        f"{gandiva['gpu_utilisation']:.1%} / {fifo['gpu_utilisation']:.1%}",
+        f"{gandiva['gpu_utilisation']:.1%} / {las['gpu_utilisation']:.1%}"
+        f" / {fifo['gpu_utilisation']:.1%}",
         f"{results[0]['wall_seconds']:.0f} s",
     ]
     return "| " + " | ".join(cells) + " |"
@@ -116,10 +123,12 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}")
     print(
-        "| case | cluster | jobs | avg JCT | makespan | p95 JCT"
-        " | makespan d gandiva / fifo / fluid | GPU util gandiva / fifo | gandiva sim time |"
+        "| case | cluster | jobs | avg JCT vs fifo | makespan vs fifo | avg JCT vs las"
+        " | makespan vs las | p99 JCT / fifo's | avg JCT d gandiva / las / fifo"
+        " | makespan d gandiva / las / fifo / fluid | GPU util gandiva / las / fifo"
+        " | gandiva sim time |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         print(row(name, run_case(name)), flush=True)
 

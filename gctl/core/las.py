@@ -60,7 +60,7 @@ class Levels:
 
     def level(self, js: JobState, now: float) -> int:
         """The level ``js`` is in now (0 = least service)."""
-        return bisect_right(self.thresholds, self.service(js, now))
+        return bisect_right(self.thresholds, js.attained_at(now) - js.service_base)
 
     def rank(self, js: JobState, now: float) -> tuple[int, int, int]:
         """Sort key: higher priority first, then lower level, then arrival order."""
@@ -78,7 +78,10 @@ class Levels:
 
     def promote_at(self, js: JobState) -> float | None:
         """When a waiting ``js`` is due for promotion, or None (running, or at level 0)."""
-        if js.status is JobStatus.RUNNING or self.level(js, js.since) == 0:
+        bounds = self.thresholds
+        if js.status is JobStatus.RUNNING or not bounds:
+            return None
+        if js.attained - js.service_base < bounds[0]:  # level 0 already
             return None
         run_time = max(js.attained / max(js.spec.gpus, 1), self.min_service)
         return js.since + self.promote_after * run_time
@@ -104,14 +107,27 @@ DEFAULT = Levels()
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
-    """:class:`Levels` frozen at one moment: a sort key for jobs, and their description."""
+    """:class:`Levels` frozen at one moment: a sort key for jobs, and their description.
+
+    Keys are remembered per job: at a fixed moment a job's attained service
+    does not change with the decisions taken then, so one pass ranks each
+    job once. Promote jobs before ranking them.
+    """
 
     levels: Levels
     now: float
+    _keys: dict[str, tuple[int, int, int]] = field(default_factory=dict, compare=False)
 
     def __call__(self, js: JobState) -> tuple[int, int, int]:
         """The sort key of ``js`` (see :meth:`Levels.rank`)."""
-        return self.levels.rank(js, self.now)
+        key = self._keys.get(js.id)
+        if key is None:
+            key = self._keys[js.id] = self.levels.rank(js, self.now)
+        return key
+
+    def level(self, js: JobState) -> int:
+        """The level of ``js`` (see :meth:`Levels.level`)."""
+        return self(js)[1]
 
     def describe(self, js: JobState) -> str:
         """Where ``js`` stands (see :meth:`Levels.describe`)."""

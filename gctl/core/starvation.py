@@ -83,6 +83,13 @@ def starving(state: ClusterState, now: float, after: float) -> tuple[JobState, S
 Yields = Callable[[JobState], bool]
 """Whether a resident job may be displaced (requeued) to make room."""
 
+Weight = Callable[[JobState], float]
+"""What displacing a job costs, per GPU it holds (1 for every job unless told otherwise)."""
+
+
+def _one(_: JobState) -> float:
+    return 1.0
+
 
 def unstarve(state: ClusterState, js: JobState, owed: Shares, now: float) -> list[Decision]:
     """Make room for a starving ``js`` by displacing smaller jobs of sizes above their share."""
@@ -99,14 +106,23 @@ def unstarve(state: ClusterState, js: JobState, owed: Shares, now: float) -> lis
 
 
 def make_room(
-    state: ClusterState, js: JobState, yields: Yields, now: float, because: str
+    state: ClusterState,
+    js: JobState,
+    yields: Yields,
+    now: float,
+    because: str,
+    weight: Weight = _one,
 ) -> list[Decision]:
     """Requeue the jobs that ``yields`` on the GPUs ``js`` is given, then start it there.
 
-    ``because`` says why, in both the victims' and ``js``'s reasons.
+    The GPUs chosen displace the least ``weight`` (per GPU-job); ``because``
+    says why, in both the victims' and ``js``'s reasons.
     """
     big = js.spec.gpus > state.max_size
-    found = _whole_nodes(state, js, yields) if big else _node_part(state, js, yields)
+    if big:
+        found = _whole_nodes(state, js, yields, weight)
+    else:
+        found = _node_part(state, js, yields, weight)
     if found is None:
         return []
     where, victims = found
@@ -122,6 +138,11 @@ def _all_yield(state: ClusterState, key: GroupKey, yields: Yields) -> bool:
     return all(yields(state.jobs[m]) for m in state.groups[key])
 
 
+def _load(state: ClusterState, key: GroupKey, weight: Weight) -> float:
+    """The weighted work on GPU set ``key``: its GPUs times its jobs' weights."""
+    return len(key) * sum(weight(state.jobs[m]) for m in state.groups[key])
+
+
 def _victims(state: ClusterState, keys: list[GroupKey]) -> dict[str, None]:
     out: dict[str, None] = {}
     for key in keys:
@@ -130,7 +151,7 @@ def _victims(state: ClusterState, keys: list[GroupKey]) -> dict[str, None]:
 
 
 def _whole_nodes(
-    state: ClusterState, js: JobState, yields: Yields
+    state: ClusterState, js: JobState, yields: Yields, weight: Weight
 ) -> tuple[GroupKey, dict[str, None]] | None:
     """The least loaded open nodes whose jobs all yield to ``js``, enough to hold it."""
     candidates = [
@@ -138,7 +159,8 @@ def _whole_nodes(
         for ns in state.nodes.values()
         if ns.open and all(_all_yield(state, k, yields) for k in ns.groups)
     ]
-    candidates.sort(key=lambda n: (n.load / n.size, -n.size, n.name))
+    load = {ns.name: sum(_load(state, k, weight) for k in ns.groups) for ns in candidates}
+    candidates.sort(key=lambda n: (load[n.name] / n.size, -n.size, n.name))
     chosen: list[NodeState] = []
     room = 0
     for ns in candidates:
@@ -157,16 +179,17 @@ def _whole_nodes(
 
 
 def _node_part(
-    state: ClusterState, js: JobState, yields: Yields
+    state: ClusterState, js: JobState, yields: Yields, weight: Weight
 ) -> tuple[GroupKey, dict[str, None]] | None:
-    """The GPU set of one open node that can hold ``js`` displacing the fewest GPU-jobs.
+    """The GPU set of one open node that can hold ``js`` displacing the least weighted work.
 
     On each node, the yielding GPU sets join the free GPUs cheapest first
-    (fewest jobs, then fewest GPUs) until a set of ``js``'s size fits; the
-    cost is the work on the sets that set overlaps. Ties go to the lower node.
+    (least weight of jobs, then fewest GPUs) until a set of ``js``'s size
+    fits; the cost is the weighted work on the sets that set overlaps. Ties
+    go to the lower node.
     """
     count = js.spec.gpus
-    best: tuple[tuple[int, float, str], GroupKey, list[GroupKey]] | None = None
+    best: tuple[tuple[float, float, str], GroupKey, list[GroupKey]] | None = None
     for ns in state.nodes.values():
         if not ns.open or ns.size < count:
             continue
@@ -174,7 +197,7 @@ def _node_part(
         found = ns.topo.best_set(mask, count)
         for key in sorted(
             (k for k in ns.groups if k[0][0] == k[-1][0] and _all_yield(state, k, yields)),
-            key=lambda k: (len(state.groups[k]), len(k), k),
+            key=lambda k: (sum(weight(state.jobs[m]) for m in state.groups[k]), len(k), k),
         ):
             if found is not None:
                 break
@@ -185,7 +208,7 @@ def _node_part(
             continue
         taken = set(found)
         hit = [k for k in ns.groups if any(i in taken for _, i in k)]
-        cost = (sum(len(k) * len(state.groups[k]) for k in hit), ns.height, ns.name)
+        cost = (sum(_load(state, k, weight) for k in hit), ns.height, ns.name)
         if best is None or cost < best[0]:
             best = (cost, tuple((ns.name, i) for i in found), hit)
     if best is None:

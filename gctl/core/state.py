@@ -147,6 +147,8 @@ class ClusterState:
         """GPUs asked for by the unfinished jobs of each size (GPU count), by size."""
         self.changes = 0
         """Counts every event and decision applied: equal counts mean nothing changed."""
+        self.samples = 0
+        """Counts the profile samples recorded (:meth:`observe`)."""
         self._seq = 0
         self.total_free = 0
         self.max_size = 0
@@ -419,7 +421,7 @@ class ClusterState:
 
     def observe(self, job_id: str, sample: Observed) -> None:
         """Record a profile sample; one taken while its GPUs ran nothing else is its solo rate."""
-        self.changes += 1
+        self.samples += 1
         js = self.job(job_id)
         js.observed = sample
         if js.status is JobStatus.RUNNING and not any(

@@ -128,7 +128,7 @@ class GandivaPolicy:
         self._memory = packing.PackingMemory()
         self._idle_since: float | None = None
         self._reconsidered: float | None = None
-        self._reconsidered_at_change = -1
+        self._reconsidered_at: tuple[int, int] | None = None
         self._passed: tuple[float, int] | None = None
 
     def _rank(self, now: float) -> las.Ranking | None:
@@ -193,30 +193,62 @@ class GandivaPolicy:
         return rank(js) if rank is not None else (-int(js.spec.priority), js.seq)
 
     def _displace(self, state: ClusterState, now: float, rank: las.Ranking) -> list[Decision]:
-        """Requeue jobs of a higher level for the best-ranked waiting job of each bucket.
+        """Requeue jobs of a higher level for waiting jobs, best-ranked first.
 
-        Only jobs that can checkpoint, of no higher priority and a higher
-        level (more attained service) than the waiting job are displaced;
-        they wait in the queue with their progress kept.
+        A bucket (priority and size) whose best-ranked job finds no room is
+        passed over for the rest of the pass: its later jobs would not either.
+
+        Only jobs that can checkpoint, of lower priority or of the same
+        priority and a higher level (more attained service) than the waiting
+        job are displaced, those of the highest levels first; they wait in
+        the queue with their progress kept. (Within a level jobs are not
+        displaced: each displacement costs a checkpoint and restore.)
         """
         levels = rank.levels
         jobs = state.jobs
         out: list[Decision] = []
-        heads = [min((jobs[j] for j in bucket), key=rank) for bucket in state.pending.values()]
-        for js in sorted(heads, key=rank):
-            if js.status is not JobStatus.PENDING:
+
+        def weight(other: JobState) -> float:
+            """Jobs of higher levels (more GPU time had) are displaced first."""
+            return float(levels.count - rank.level(other))
+
+        top: dict[int, int] = {}  # the highest level on GPUs, by priority
+        for members in state.groups.values():
+            for m in members:
+                if (js := jobs[m]).spec.can_checkpoint:
+                    prio = int(js.spec.priority)
+                    top[prio] = max(top.get(prio, 0), rank.level(js))
+        if not top:
+            return out
+        lowest = min(top)
+        waiting = sorted(
+            (
+                jobs[j]
+                for (prio, _), bucket in state.pending.items()
+                for j in bucket
+                if prio > lowest or top.get(prio, -1) > rank.level(jobs[j])
+            ),
+            key=rank,
+        )
+        stuck: set[tuple[int, int]] = set()  # a bucket whose best job found no room
+        for js in waiting:
+            bucket = (int(js.spec.priority), js.spec.gpus)
+            if bucket in stuck or js.status is not JobStatus.PENDING:
                 continue
-            level = levels.level(js, now)
+            level = rank.level(js)
             prio = js.spec.priority
 
             def yields(other: JobState, level: int = level, prio: int = prio) -> bool:
                 return other.spec.can_checkpoint and (
                     other.spec.priority < prio
-                    or (other.spec.priority == prio and levels.level(other, now) > level)
+                    or (other.spec.priority == prio and rank.level(other) > level)
                 )
 
             because = f"it has had less GPU time ({rank.describe(js)})"
-            out += starvation.make_room(state, js, yields, now, because)
+            made = starvation.make_room(state, js, yields, now, because, weight)
+            if not made:
+                stuck.add(bucket)
+            out += made
         return out
 
     def _promote(self, state: ClusterState, now: float) -> None:
@@ -250,7 +282,7 @@ class GandivaPolicy:
         freed = self._unstarve(state, now)
         if rank is not None and state.pending:
             freed += self._displace(state, now, rank)
-        if freed:
+        if freed or (state.pending and state.total_free):
             out += freed + self._place_pending(state, now, rank)
         if cfg.timeslicing:
             turns = (
@@ -262,7 +294,7 @@ class GandivaPolicy:
         if self._reconsider_due(state, now):
             self._reconsidered = now
             out += self._reconsider(state, now)
-            self._reconsidered_at_change = state.changes
+            self._reconsidered_at = (state.changes, state.samples)
         if cfg.elastic and state.elastic:
             out += self._grow_when_idle(state, now)
         out += timeslice.resume_idle_sets(state, now, rank)
@@ -270,7 +302,8 @@ class GandivaPolicy:
         return out
 
     def _reconsider_due(self, state: ClusterState, now: float) -> bool:
-        if state.changes == self._reconsidered_at_change:
+        """Every ``reconsider_every`` seconds, when jobs or their profiles changed since."""
+        if (state.changes, state.samples) == self._reconsidered_at:
             return False
         last = self._reconsidered
         return last is None or now - last >= self.config.reconsider_every
@@ -335,7 +368,7 @@ class GandivaPolicy:
         if passed is None or passed[1] != state.changes:
             return now
         due: list[float] = []
-        if state.changes != self._reconsidered_at_change:
+        if (state.changes, state.samples) != self._reconsidered_at:
             last = self._reconsidered
             due.append(now if last is None else last + cfg.reconsider_every)
         if cfg.starvation_guard:
@@ -344,16 +377,14 @@ class GandivaPolicy:
                 for (_, count), b in state.pending.items()
                 if count > 1
             ]
-        waiting = [js for js in state.jobs.values() if js.status is not JobStatus.RUNNING]
-        due += [t for js in waiting if (t := levels.promote_at(js)) is not None]
-        if waiting:
-            # A runner entering level L+1 falls behind waiting jobs of that level that came first.
-            least = min(levels.level(js, now) for js in waiting) - 1
+        if state.pending or state.shared:  # someone waits: crossings and promotions matter
             for js in state.jobs.values():
-                if js.status is JobStatus.RUNNING and levels.level(js, now) >= least:
-                    crossing = levels.crosses_at(js, now)
-                    if crossing is not None:
-                        due.append(crossing)
+                if js.status is JobStatus.RUNNING:
+                    moment = levels.crosses_at(js, now)
+                else:
+                    moment = levels.promote_at(js)
+                if moment is not None:
+                    due.append(moment)
         rank = las.Ranking(levels, now)
         for key in state.shared:
             best = timeslice.next_in_turn(state, key, None, rank=rank)
