@@ -105,24 +105,42 @@ DEFAULT = Levels()
 """The default levels: 1 and 10 GPU-hours, promotion after waiting 8x the run time."""
 
 
+Waiting = dict[str, tuple[float, float, tuple[int, int, int]]]
+"""Sort keys of waiting jobs by job id, with the attained service and base they were taken at."""
+
+
 @dataclass(frozen=True, slots=True)
 class Ranking:
     """:class:`Levels` frozen at one moment: a sort key for jobs, and their description.
 
     Keys are remembered per job: at a fixed moment a job's attained service
     does not change with the decisions taken then, so one pass ranks each
-    job once. Promote jobs before ranking them.
+    job once. A waiting job's key does not change while it waits, so keys
+    of waiting jobs are kept across passes in ``waiting`` (give each
+    :class:`Ranking` of one policy the same dict). Promote jobs before
+    ranking them.
     """
 
     levels: Levels
     now: float
+    waiting: Waiting = field(default_factory=dict, compare=False)
     _keys: dict[str, tuple[int, int, int]] = field(default_factory=dict, compare=False)
 
     def __call__(self, js: JobState) -> tuple[int, int, int]:
         """The sort key of ``js`` (see :meth:`Levels.rank`)."""
         key = self._keys.get(js.id)
-        if key is None:
+        if key is not None:
+            return key
+        if js.status is JobStatus.RUNNING:
             key = self._keys[js.id] = self.levels.rank(js, self.now)
+            return key
+        kept = self.waiting.get(js.id)
+        if kept is not None and kept[0] == js.attained and kept[1] == js.service_base:
+            key = kept[2]
+        else:
+            key = self.levels.rank(js, self.now)
+            self.waiting[js.id] = (js.attained, js.service_base, key)
+        self._keys[js.id] = key
         return key
 
     def level(self, js: JobState) -> int:

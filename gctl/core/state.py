@@ -149,6 +149,8 @@ class ClusterState:
         """Counts every event and decision applied: equal counts mean nothing changed."""
         self.samples = 0
         """Counts the profile samples recorded (:meth:`observe`)."""
+        self.node_events = 0
+        """Counts nodes gone down (:meth:`node_down`), which requeue their jobs."""
         self._seq = 0
         self.total_free = 0
         self.max_size = 0
@@ -432,6 +434,7 @@ class ClusterState:
 
     def node_down(self, name: str, now: float) -> list[str]:
         """Take a node out of service; its jobs go back to the queue. Returns their ids."""
+        self.node_events += 1
         ns = self.node(name)
         requeued: list[str] = []
         for key in list(ns.groups):

@@ -73,11 +73,13 @@ def rotate(
     checkpoint_quantum: float,
     packing: TurnPacking | None = None,
     rank: Rank | None = None,
+    dues: list[float] | None = None,
 ) -> list[Decision]:
     """Hand each time-sliced set to its next job(s) once the runners have used their quantum.
 
     With ``rank``, a set changes hands only when a waiting member outranks
-    every runner; round robin hands it on every quantum.
+    every runner; round robin hands it on every quantum. ``dues`` gets the
+    moments sets that will change hands (a runner still in its quantum) do.
 
     The quantum is ``checkpoint_quantum`` when a runner will wait
     checkpointed: its next turn is a restart, which costs seconds where a
@@ -101,6 +103,8 @@ def rotate(
         turn = checkpoint_quantum if any(by_checkpoint.values()) else quantum
         latest = max(runners, key=lambda r: r.last_resumed)
         if now - latest.last_resumed < turn:
+            if dues is not None:
+                dues.append(latest.last_resumed + turn)
             continue
         first = next_in_turn(state, key, latest.id, {r.id for r in runners}, rank)
         if first is None:

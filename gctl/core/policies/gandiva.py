@@ -18,6 +18,7 @@ period. Each mechanism can be switched off for comparisons.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -127,17 +128,29 @@ class GandivaPolicy:
         self.levels = self.config.ranking()
         self._memory = packing.PackingMemory()
         self._idle_since: float | None = None
-        self._reconsidered: float | None = None
+        self._reconsider_at = 0.0
         self._reconsidered_at: tuple[int, int] | None = None
         self._passed: tuple[float, int] | None = None
+        self._due: list[float] = []
+        self._waiting: las.Waiting = {}
+        self._promotions: list[tuple[float, str, float, float, float]] = []
+        self._watching: ClusterState | None = None
+        self._node_events = 0
+        self._promoted = 0
+        self._crossing: dict[str, tuple[tuple[float, int, float, float], float | None]] = {}
+        self._displaced: tuple[ClusterState, int, int, float | None] | None = None
 
-    def _rank(self, now: float) -> las.Ranking | None:
-        return None if self.levels is None else las.Ranking(self.levels, now)
+    def _rank(self, state: ClusterState, now: float) -> las.Ranking | None:
+        if self.levels is None:
+            return None
+        if len(self._waiting) > 2 * len(state.jobs) + 1024:  # forget jobs that finished
+            self._waiting = {j: k for j, k in self._waiting.items() if j in state.jobs}
+        return las.Ranking(self.levels, now, self._waiting)
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
         """Reactive pass: hand on freed slices, shrink on demand, place pending, un-slice."""
         cfg = self.config
-        rank = self._rank(now)
+        rank = self._rank(state, now)
         out = timeslice.resume_idle_sets(state, now, rank)
         if cfg.elastic and state.elastic and state.pending:
             demand = sum(g for (_, g), jobs in state.pending.items() for _ in jobs)
@@ -148,6 +161,7 @@ class GandivaPolicy:
         if cfg.migration:
             out += migration.unslice(state, now)
             out += timeslice.resume_idle_sets(state, now, rank)
+        self._watch(state, out)
         return out
 
     def _unstarve(self, state: ClusterState, now: float) -> list[Decision]:
@@ -251,18 +265,88 @@ class GandivaPolicy:
             out += made
         return out
 
-    def _promote(self, state: ClusterState, now: float) -> None:
-        """Promote waiting jobs that waited long for their service (the LAS starvation guard)."""
+    def _watch(self, state: ClusterState, decided: list[Decision]) -> None:
+        """Note when the jobs that ``decided`` made wait are due for promotion."""
         if self.levels is None:
             return
-        for bucket in state.pending.values():
-            for j in bucket:
-                self.levels.promote(state.jobs[j], now)
-        for key in state.shared:
-            for m in state.groups[key]:
+        if self._watching is not state or self._node_events != state.node_events:
+            # A model not seen before (the daemon loads one every pass), or jobs requeued
+            # by a node going down: note every waiting job.
+            self._watching, self._node_events = state, state.node_events
+            self._promotions = []
+            waiting: list[JobState] = [js for js in state.jobs.values() if not js.gpus]
+            waiting += (
+                js
+                for key in state.shared
+                for js in state.member_jobs(key)
+                if js.status is JobStatus.SUSPENDED
+            )
+        else:
+            waiting = [state.jobs[d.job_id] for d in decided if d.job_id in state.jobs]
+        for js in waiting:
+            if js.status is not JobStatus.RUNNING:
+                due = self.levels.promote_at(js)
+                if due is not None:
+                    entry = (due, js.id, js.since, js.attained, js.service_base)
+                    heapq.heappush(self._promotions, entry)
+
+    def _promote(self, state: ClusterState, now: float) -> float | None:
+        """Promote waiting jobs that waited long for their service (the LAS starvation guard).
+
+        Returns when the next waiting job may be due, if any.
+        """
+        levels = self.levels
+        if levels is None:
+            return None
+        self._watch(state, [])
+        heap = self._promotions
+        while heap and heap[0][0] <= now:
+            js = self._still_waiting(state, heapq.heappop(heap))
+            if js is not None and levels.promote(js, now):
+                self._promoted += 1
+        return self._next_promotion(state)
+
+    @staticmethod
+    def _still_waiting(
+        state: ClusterState, entry: tuple[float, str, float, float, float]
+    ) -> JobState | None:
+        """The job of a promotion entry, if it still waits as it did when noted."""
+        _, job_id, since, attained, base = entry
+        js = state.jobs.get(job_id)
+        if js is None or js.status is JobStatus.RUNNING:
+            return None
+        return js if (js.since, js.attained, js.service_base) == (since, attained, base) else None
+
+    def _next_promotion(self, state: ClusterState) -> float | None:
+        """When the next noted waiting job is due, dropping entries that went stale."""
+        heap = self._promotions
+        while heap and self._still_waiting(state, heap[0]) is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _crossings(self, state: ClusterState, now: float) -> list[float]:
+        """When runners enter their next level, while anyone waits (none: nobody cares)."""
+        levels = self.levels
+        assert levels is not None
+        due: list[float] = []
+        if not (state.pending or state.shared):
+            return due
+        known = self._crossing
+        if len(known) > 2 * len(state.jobs) + 1024:  # forget jobs that finished
+            self._crossing = known = {j: c for j, c in known.items() if j in state.jobs}
+        for members in state.groups.values():
+            for m in members:
                 js = state.jobs[m]
-                if js.status is JobStatus.SUSPENDED:
-                    self.levels.promote(js, now)
+                if js.status is not JobStatus.RUNNING:
+                    continue
+                # A runner's next crossing stays put while it runs on the same GPUs.
+                stint = (js.last_resumed, len(js.gpus), js.attained, js.service_base)
+                kept = known.get(m)
+                if kept is None or kept[0] != stint or (kept[1] is not None and kept[1] <= now):
+                    kept = known[m] = (stint, levels.crosses_at(js, now))
+                if kept[1] is not None:
+                    due.append(kept[1])
+        return due
 
     def introspect(self, state: ClusterState, now: float) -> list[Decision]:
         """Introspective pass: rotate time slices every quantum; reconsider placements less often.
@@ -270,17 +354,19 @@ class GandivaPolicy:
         With least attained service, waiting jobs due for promotion are
         promoted first, and the best-ranked waiting job of each size may
         displace jobs of higher levels. Pack reviews, packing, regrouping and
-        defragmentation run at most every ``reconsider_every`` seconds, and
-        only when the cluster changed since the last time they ran: they
+        defragmentation run at most once in each period of ``reconsider_every``
+        seconds (periods start on its multiples, so passes of a simulation
+        coincide), and only when the cluster changed since they last ran: they
         scan every GPU set, and their inputs (profiles, free GPUs) change far
         more slowly than a quantum.
         """
         cfg = self.config
-        rank = self._rank(now)
+        rank = self._rank(state, now)
         self._promote(state, now)
+        turns_due: list[float] = []
         out = timeslice.resume_idle_sets(state, now, rank)
         freed = self._unstarve(state, now)
-        if rank is not None and state.pending:
+        if rank is not None and state.pending and self._may_displace(state, now):
             freed += self._displace(state, now, rank)
         if freed or (state.pending and state.total_free):
             out += freed + self._place_pending(state, now, rank)
@@ -290,23 +376,47 @@ class GandivaPolicy:
                 if cfg.packing
                 else None
             )
-            out += timeslice.rotate(state, now, cfg.quantum, cfg.checkpoint_quantum, turns, rank)
+            out += timeslice.rotate(
+                state, now, cfg.quantum, cfg.checkpoint_quantum, turns, rank, turns_due
+            )
         if self._reconsider_due(state, now):
-            self._reconsidered = now
+            every = self.config.reconsider_every
+            self._reconsider_at = math.floor(now / every + 1) * every if every else now
             out += self._reconsider(state, now)
             self._reconsidered_at = (state.changes, state.samples)
         if cfg.elastic and state.elastic:
             out += self._grow_when_idle(state, now)
         out += timeslice.resume_idle_sets(state, now, rank)
         self._passed = (now, state.changes)
+        if self.levels is not None:
+            self._watch(state, out)
+            # Runners cross levels at scattered moments: look at them together, at
+            # most one pass per reconsideration period, a small delay next to a level.
+            grid = max(self.config.reconsider_every, self.config.quantum)
+            crossings = [math.ceil(t / grid) * grid for t in self._crossings(state, now)]
+            self._displaced = (state, state.changes, self._promoted, min(crossings, default=None))
+            promotion = self._next_promotion(state)
+            self._due = turns_due + crossings + ([] if promotion is None else [promotion])
         return out
 
+    def _may_displace(self, state: ClusterState, now: float) -> bool:
+        """Whether a displacement could be found that the last pass did not find.
+
+        Not while the model, its jobs' promotions and the levels of the jobs
+        on GPUs (no runner crossed into a higher level) are as they were.
+        """
+        if self._displaced is None:
+            return True
+        seen, changes, promoted, crossing = self._displaced
+        if seen is not state or changes != state.changes or promoted != self._promoted:
+            return True
+        return crossing is not None and crossing <= now
+
     def _reconsider_due(self, state: ClusterState, now: float) -> bool:
-        """Every ``reconsider_every`` seconds, when jobs or their profiles changed since."""
+        """At most once per ``reconsider_every`` seconds (on multiples of it), after a change."""
         if (state.changes, state.samples) == self._reconsidered_at:
             return False
-        last = self._reconsidered
-        return last is None or now - last >= self.config.reconsider_every
+        return now >= self._reconsider_at
 
     def _reconsider(self, state: ClusterState, now: float) -> list[Decision]:
         """Review packs, pack waiting jobs, regroup spread jobs, defragment."""
@@ -369,29 +479,14 @@ class GandivaPolicy:
             return now
         due: list[float] = []
         if (state.changes, state.samples) != self._reconsidered_at:
-            last = self._reconsidered
-            due.append(now if last is None else last + cfg.reconsider_every)
+            due.append(self._reconsider_at)
         if cfg.starvation_guard:
             due += [
                 state.jobs[next(iter(b))].since + cfg.starvation_limit
                 for (_, count), b in state.pending.items()
                 if count > 1
             ]
-        if state.pending or state.shared:  # someone waits: crossings and promotions matter
-            for js in state.jobs.values():
-                if js.status is JobStatus.RUNNING:
-                    moment = levels.crosses_at(js, now)
-                else:
-                    moment = levels.promote_at(js)
-                if moment is not None:
-                    due.append(moment)
-        rank = las.Ranking(levels, now)
-        for key in state.shared:
-            best = timeslice.next_in_turn(state, key, None, rank=rank)
-            if best is not None and state.jobs[best].status is JobStatus.SUSPENDED:
-                members = state.member_jobs(key)
-                turns = [m.last_resumed for m in members if m.status is JobStatus.RUNNING]
-                due.append(max(turns, default=now) + cfg.quantum)
+        due += self._due
         # What was due by the last pass was looked at then, and nothing changed since.
         due = [t for t in due if t > passed[0]]
         return max(min(due), now) if due else None
