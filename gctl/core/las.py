@@ -22,11 +22,13 @@ behind a stream of short ones.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gctl.core.model import JobStatus
-from gctl.core.state import JobState
+from gctl.core.state import ClusterState, JobState
 
 HOUR = 3600.0
 
@@ -150,3 +152,68 @@ class Ranking:
     def describe(self, js: JobState) -> str:
         """Where ``js`` stands (see :meth:`Levels.describe`)."""
         return self.levels.describe(js, self.now)
+
+
+_Entry = tuple[float, str, float, float, float]
+"""(when due, job id, and the job's since, attained and service base when noted)."""
+
+
+class Promotions:
+    """The starvation guard's bookkeeping: waiting jobs by when they are due for promotion.
+
+    A waiting job's due time does not change while it waits, so each is
+    noted once (:meth:`watch`) and promotion is a look at the earliest
+    (:meth:`promote`), not a scan of the queue. Entries of jobs that ran or
+    finished since are dropped when they come up. A model not seen before
+    (the daemon loads one every pass) or a node gone down (its jobs are
+    requeued) is scanned whole.
+    """
+
+    def __init__(self, levels: Levels) -> None:
+        """No job noted yet."""
+        self.levels = levels
+        self.promoted = 0
+        """Promotions made so far: a change means rankings changed."""
+        self._heap: list[_Entry] = []
+        self._model: ClusterState | None = None
+        self._node_events = 0
+
+    def watch(self, state: ClusterState, jobs: Iterable[str]) -> None:
+        """Note the jobs among ``jobs`` that wait, and every waiting job of a new model."""
+        if self._model is not state or self._node_events != state.node_events:
+            self._model, self._node_events = state, state.node_events
+            self._heap = []
+            jobs = state.jobs
+        for job_id in jobs:
+            js = state.jobs.get(job_id)
+            if js is not None and js.status is not JobStatus.RUNNING:
+                due = self.levels.promote_at(js)
+                if due is not None:
+                    heapq.heappush(self._heap, (due, js.id, js.since, js.attained, js.service_base))
+
+    def promote(self, state: ClusterState, now: float) -> list[JobState]:
+        """Promote every noted job due by ``now`` that still waits as it did; those promoted."""
+        self.watch(state, ())
+        heap = self._heap
+        out: list[JobState] = []
+        while heap and heap[0][0] <= now:
+            js = self._still_waiting(state, heapq.heappop(heap))
+            if js is not None and self.levels.promote(js, now):
+                self.promoted += 1
+                out.append(js)
+        return out
+
+    def next_due(self, state: ClusterState) -> float | None:
+        """When the next noted job that still waits is due, if any."""
+        heap = self._heap
+        while heap and self._still_waiting(state, heap[0]) is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    @staticmethod
+    def _still_waiting(state: ClusterState, entry: _Entry) -> JobState | None:
+        _, job_id, since, attained, base = entry
+        js = state.jobs.get(job_id)
+        if js is None or js.status is JobStatus.RUNNING:
+            return None
+        return js if (js.since, js.attained, js.service_base) == (since, attained, base) else None

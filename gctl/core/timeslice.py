@@ -117,7 +117,7 @@ def rotate(
                 cohort.append(jobs[second])
         why = f"quantum {turn:g}s used; {len(members) - 1} job(s) share its GPUs"
         if rank is not None:
-            why = f"job {first} has had less GPU time ({rank.describe(jobs[first])})"
+            why = f"job {first} goes first by least attained service ({rank.describe(jobs[first])})"
         decisions: list[Decision] = [
             Suspend(r.id, why, by_checkpoint[r.id]) for r in runners if r not in cohort
         ]

@@ -20,7 +20,7 @@ from daemonkit import STORES, Running, job_file, jobs_of, submit, wait
 from daemonkit import kinds as _kinds
 from sqlalchemy import select
 
-from gctl.services import db, jobs, nodes, specs
+from gctl.services import db, jobs, nodes, specs, why
 from gctl.store.engine import transaction
 from gctl.store.identity import store_id
 from gctl.store.models import EventRow, NodeRow
@@ -349,3 +349,34 @@ def test_jobs_that_do_not_fit_a_gpu_together_take_turns_checkpointed(
     for job_id in waited:
         starts = _starts(hosts, "h1", job_id)
         assert len(starts) >= 2 and starts[-1][1] > 0  # restarted from its checkpoint
+
+
+def test_least_attained_service_runs_a_new_short_job_through_and_why_tells_the_level(
+    host_store: db.Store, start_daemon: Callable[..., Running]
+) -> None:
+    """Two long jobs hold h1's 2 GPUs past the first level; a short one arrives.
+
+    Round robin would hand the GPUs back and forth every 0.5 s quantum; by
+    least attained service the newcomer (level 1) keeps its GPU until it is
+    done, then the job it displaced resumes, and ``gctl why`` gives its level.
+    """
+    nodes.set_admin_state(host_store, "h2", "drain", "only h1 in this test")
+    long = [_submit(host_store, "--steps", "300", "--step-time", "0.05") for _ in range(2)]
+    options = {"quantum": 0.5, "level_base": 3.0, "migration": False, "packing": False}
+    start_daemon(host_store, policy_options=options)
+    _wait("both running", lambda: all(jobs_of(host_store)[j].state == "RUNNING" for j in long))
+    time.sleep(4.0)  # both past 3 GPU-seconds: level 2 of 3
+    short = _submit(host_store, "--steps", "30", "--step-time", "0.05")
+    _wait("the short job done", lambda: jobs_of(host_store)[short].state == "COMPLETED")
+    assert "job.suspend" not in _kinds(host_store, short)  # never made to take turns
+    assert not all(jobs_of(host_store)[j].state == "COMPLETED" for j in long)
+    displaced = [j for j in long if "job.suspend" in _kinds(host_store, j)]
+    assert len(displaced) == 1
+    _wait("the displaced job back", lambda: jobs_of(host_store)[displaced[0]].state == "RUNNING")
+    reason = why.explain(host_store, displaced[0]).reason or ""
+    assert "level 2 of 3" in reason and "GPU-hours attained" in reason, reason
+    _wait(
+        "all completed",
+        lambda: all(j.state == "COMPLETED" for j in jobs_of(host_store).values()),
+        timeout=120,
+    )

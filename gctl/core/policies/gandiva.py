@@ -133,10 +133,7 @@ class GandivaPolicy:
         self._passed: tuple[float, int] | None = None
         self._due: list[float] = []
         self._waiting: las.Waiting = {}
-        self._promotions: list[tuple[float, str, float, float, float]] = []
-        self._watching: ClusterState | None = None
-        self._node_events = 0
-        self._promoted = 0
+        self._promotions = None if self.levels is None else las.Promotions(self.levels)
         self._crossing: dict[str, tuple[tuple[float, int, float, float], float | None]] = {}
         self._displaced: tuple[ClusterState, int, int, float | None] | None = None
 
@@ -161,7 +158,8 @@ class GandivaPolicy:
         if cfg.migration:
             out += migration.unslice(state, now)
             out += timeslice.resume_idle_sets(state, now, rank)
-        self._watch(state, out)
+        if self._promotions is not None:
+            self._promotions.watch(state, (d.job_id for d in out))
         return out
 
     def _unstarve(self, state: ClusterState, now: float) -> list[Decision]:
@@ -265,65 +263,6 @@ class GandivaPolicy:
             out += made
         return out
 
-    def _watch(self, state: ClusterState, decided: list[Decision]) -> None:
-        """Note when the jobs that ``decided`` made wait are due for promotion."""
-        if self.levels is None:
-            return
-        if self._watching is not state or self._node_events != state.node_events:
-            # A model not seen before (the daemon loads one every pass), or jobs requeued
-            # by a node going down: note every waiting job.
-            self._watching, self._node_events = state, state.node_events
-            self._promotions = []
-            waiting: list[JobState] = [js for js in state.jobs.values() if not js.gpus]
-            waiting += (
-                js
-                for key in state.shared
-                for js in state.member_jobs(key)
-                if js.status is JobStatus.SUSPENDED
-            )
-        else:
-            waiting = [state.jobs[d.job_id] for d in decided if d.job_id in state.jobs]
-        for js in waiting:
-            if js.status is not JobStatus.RUNNING:
-                due = self.levels.promote_at(js)
-                if due is not None:
-                    entry = (due, js.id, js.since, js.attained, js.service_base)
-                    heapq.heappush(self._promotions, entry)
-
-    def _promote(self, state: ClusterState, now: float) -> float | None:
-        """Promote waiting jobs that waited long for their service (the LAS starvation guard).
-
-        Returns when the next waiting job may be due, if any.
-        """
-        levels = self.levels
-        if levels is None:
-            return None
-        self._watch(state, [])
-        heap = self._promotions
-        while heap and heap[0][0] <= now:
-            js = self._still_waiting(state, heapq.heappop(heap))
-            if js is not None and levels.promote(js, now):
-                self._promoted += 1
-        return self._next_promotion(state)
-
-    @staticmethod
-    def _still_waiting(
-        state: ClusterState, entry: tuple[float, str, float, float, float]
-    ) -> JobState | None:
-        """The job of a promotion entry, if it still waits as it did when noted."""
-        _, job_id, since, attained, base = entry
-        js = state.jobs.get(job_id)
-        if js is None or js.status is JobStatus.RUNNING:
-            return None
-        return js if (js.since, js.attained, js.service_base) == (since, attained, base) else None
-
-    def _next_promotion(self, state: ClusterState) -> float | None:
-        """When the next noted waiting job is due, dropping entries that went stale."""
-        heap = self._promotions
-        while heap and self._still_waiting(state, heap[0]) is None:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
-
     def _crossings(self, state: ClusterState, now: float) -> list[float]:
         """When runners enter their next level, while anyone waits (none: nobody cares)."""
         levels = self.levels
@@ -362,7 +301,8 @@ class GandivaPolicy:
         """
         cfg = self.config
         rank = self._rank(state, now)
-        self._promote(state, now)
+        if self._promotions is not None:
+            self._promotions.promote(state, now)
         turns_due: list[float] = []
         out = timeslice.resume_idle_sets(state, now, rank)
         freed = self._unstarve(state, now)
@@ -388,14 +328,15 @@ class GandivaPolicy:
             out += self._grow_when_idle(state, now)
         out += timeslice.resume_idle_sets(state, now, rank)
         self._passed = (now, state.changes)
-        if self.levels is not None:
-            self._watch(state, out)
+        if self._promotions is not None:
+            self._promotions.watch(state, (d.job_id for d in out))
             # Runners cross levels at scattered moments: look at them together, at
             # most one pass per reconsideration period, a small delay next to a level.
             grid = max(self.config.reconsider_every, self.config.quantum)
             crossings = [math.ceil(t / grid) * grid for t in self._crossings(state, now)]
-            self._displaced = (state, state.changes, self._promoted, min(crossings, default=None))
-            promotion = self._next_promotion(state)
+            promoted = self._promotions.promoted
+            self._displaced = (state, state.changes, promoted, min(crossings, default=None))
+            promotion = self._promotions.next_due(state)
             self._due = turns_due + crossings + ([] if promotion is None else [promotion])
         return out
 
@@ -408,7 +349,8 @@ class GandivaPolicy:
         if self._displaced is None:
             return True
         seen, changes, promoted, crossing = self._displaced
-        if seen is not state or changes != state.changes or promoted != self._promoted:
+        now_promoted = self._promotions.promoted if self._promotions else 0
+        if seen is not state or changes != state.changes or promoted != now_promoted:
             return True
         return crossing is not None and crossing <= now
 
