@@ -173,3 +173,47 @@ def test_the_simulator_jumps_over_passes_that_decide_nothing() -> None:
     assert finish["a"] == pytest.approx(10 * HOUR, abs=120.0)
     assert finish["b"] == pytest.approx(11 * HOUR, abs=120.0)
     assert result.events < 40  # 12 h at one pass a minute would be 720 passes
+
+
+def test_las_policy_promotes_a_job_that_waited_long_for_its_service() -> None:
+    """A job preempted at 2 GPU-hours is promoted after 4 x 2 h and takes a GPU back."""
+    state = new_state(1)
+    policy = LasPolicy(quantum=0.0, promote_after=4.0)
+    submit(state, "old", 1, 0.0)
+    policy.schedule(state, 0.0)
+    submit(state, "a", 1, 2 * HOUR)
+    out = policy.schedule(state, 2 * HOUR)
+    assert [d.job_id for d in of_type(out, Requeue)] == ["old"]
+    # a runs into level 2 at 3 h; old (2 GPU-hours, arrived first) goes back on at once
+    out = policy.introspect(state, 3 * HOUR)
+    assert [d.job_id for d in of_type(out, Requeue)] == ["a"]
+    assert state.jobs["old"].status is JobStatus.RUNNING
+    # next: a's promotion (waits from 3 h with 1 GPU-hour: 3 + 4 x 1 = 7 h), before old
+    # enters level 3 at 11 h
+    assert policy.wake_at(state, 3 * HOUR) == pytest.approx(7 * HOUR)
+    submit(state, "b", 1, 3.5 * HOUR)  # level 1: takes the GPU from old (level 2 by then)
+    policy.schedule(state, 3.5 * HOUR)
+    assert state.jobs["b"].status is JobStatus.RUNNING
+    policy.introspect(state, 6.9 * HOUR)
+    assert state.jobs["a"].status is JobStatus.PENDING
+    out = policy.introspect(state, 7 * HOUR)
+    assert state.jobs["a"].status is JobStatus.RUNNING
+    placed = of_type(out, Place)
+    assert [d.job_id for d in placed] == ["a"] and "promoted" in placed[0].reason
+
+
+def test_promotions_are_noted_once_and_a_new_model_is_scanned_whole() -> None:
+    levels = las.Levels(promote_after=1.0, min_service=HOUR)
+    promotions = las.Promotions(levels)
+    state = new_state(1)
+    put(state, "a", "n0", (0,), now=0.0)
+    state.apply(Requeue("a", "t"), 2 * HOUR)
+    promotions.watch(state, ())  # a model not seen before: every waiting job noted
+    assert promotions.next_due(state) == pytest.approx(4 * HOUR)
+    assert promotions.promote(state, 3 * HOUR) == []
+    assert [js.id for js in promotions.promote(state, 4 * HOUR)] == ["a"]
+    assert promotions.promoted == 1 and promotions.next_due(state) is None
+    other = new_state(1)
+    submit(other, "z", 1, 0.0)
+    promotions.watch(other, ())
+    assert promotions.next_due(other) is None  # z never ran: level 1, nothing to promote

@@ -293,9 +293,8 @@ class GandivaPolicy:
         With least attained service, waiting jobs due for promotion are
         promoted first, and the best-ranked waiting job of each size may
         displace jobs of higher levels. Pack reviews, packing, regrouping and
-        defragmentation run at most once in each period of ``reconsider_every``
-        seconds (periods start on its multiples, so passes of a simulation
-        coincide), and only when the cluster changed since they last ran: they
+        defragmentation run at most every ``reconsider_every`` seconds, and
+        only when the cluster changed since the last time they ran: they
         scan every GPU set, and their inputs (profiles, free GPUs) change far
         more slowly than a quantum.
         """
@@ -320,8 +319,7 @@ class GandivaPolicy:
                 state, now, cfg.quantum, cfg.checkpoint_quantum, turns, rank, turns_due
             )
         if self._reconsider_due(state, now):
-            every = self.config.reconsider_every
-            self._reconsider_at = math.floor(now / every + 1) * every if every else now
+            self._reconsider_at = now + self.config.reconsider_every
             out += self._reconsider(state, now)
             self._reconsidered_at = (state.changes, state.samples)
         if cfg.elastic and state.elastic:
@@ -331,7 +329,7 @@ class GandivaPolicy:
         if self._promotions is not None:
             self._promotions.watch(state, (d.job_id for d in out))
             # Runners cross levels at scattered moments: look at them together, at
-            # most one pass per reconsideration period, a small delay next to a level.
+            # most one pass per reconsider_every seconds, a small delay next to a level.
             grid = max(self.config.reconsider_every, self.config.quantum)
             crossings = [math.ceil(t / grid) * grid for t in self._crossings(state, now)]
             promoted = self._promotions.promoted
@@ -355,7 +353,7 @@ class GandivaPolicy:
         return crossing is not None and crossing <= now
 
     def _reconsider_due(self, state: ClusterState, now: float) -> bool:
-        """At most once per ``reconsider_every`` seconds (on multiples of it), after a change."""
+        """At most once per ``reconsider_every`` seconds, after a change."""
         if (state.changes, state.samples) == self._reconsidered_at:
             return False
         return now >= self._reconsider_at
