@@ -13,6 +13,13 @@ Introspective (:meth:`GandivaPolicy.introspect`, every quantum): review
 packs, rotate time slices, pack light waiting jobs, regroup jobs spread over
 nodes, defragment while work waits, and grow elastic jobs after an idle
 period. Each mechanism can be switched off for comparisons.
+
+Order (``order``): by default least attained service (:mod:`gctl.core.las`)
+decides which member of a time-sliced set runs, which pending job is placed
+first, and which jobs a waiting job that cannot share may displace; waiting
+jobs are promoted after long waits. ``round-robin`` gives Gandiva's turns.
+:meth:`GandivaPolicy.wake_at` tells a simulator when the next pass could
+decide anything, so it skips the passes between.
 """
 
 from __future__ import annotations
