@@ -232,9 +232,11 @@ def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
 def test_light_jobs_taking_turns_take_them_two_at_a_time(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
-    # Six light jobs on h1's two GPUs: three per GPU, nobody alone to pack onto.
+    # Six light jobs on h1's two GPUs: three per GPU, nobody alone to pack onto. Round
+    # robin: by least attained service the first of each GPU would run on, nobody taking turns.
     ids = _light_looking_jobs(host_store, steps=120, gpu_busy=0.2, count=6)
-    start_daemon(host_store, policy_options={"quantum": 1.0, "migration": False})
+    options = {"quantum": 1.0, "migration": False, "order": "round-robin"}
+    start_daemon(host_store, policy_options=options)
 
     _wait("a turn taken packed", lambda: bool(_turn_packs(host_store)))
     _wait_all_reach(host_store, hosts, ids, 120, timeout=150)
