@@ -262,3 +262,16 @@ def test_pack_reviews_follow_the_reconsider_period() -> None:
     assert not of_type(policy.introspect(state, 30.0), Unpack)
     assert not of_type(policy.introspect(state, 309.0), Unpack)
     assert [u.job_id for u in of_type(policy.introspect(state, 310.0), Unpack)] == ["b"]
+
+
+def test_a_model_loaded_afresh_is_reconsidered_even_with_the_same_counts() -> None:
+    """The daemon loads a new model every pass: equal change counts must not hide new profiles."""
+    busy, _ = _overloaded()
+    light, _ = _overloaded()
+    for j in "abcd":
+        observe(busy, j, 2.0, util=0.9, rate=10.0)
+        observe(light, j, 2.0, util=0.1, rate=10.0)
+    assert (busy.changes, busy.samples) == (light.changes, light.samples)
+    policy = GandivaPolicy(reconsider_every=0.0, order="round-robin")
+    assert not of_type(policy.introspect(busy, 10.0), Pack)  # too busy to pack
+    assert len(of_type(policy.introspect(light, 20.0), Pack)) == 2

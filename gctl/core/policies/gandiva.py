@@ -136,8 +136,8 @@ class GandivaPolicy:
         self._memory = packing.PackingMemory()
         self._idle_since: float | None = None
         self._reconsider_at = 0.0
-        self._reconsidered_at: tuple[int, int] | None = None
-        self._passed: tuple[float, int] | None = None
+        self._reconsidered_at: tuple[ClusterState, int, int] | None = None
+        self._passed: tuple[float, ClusterState, int] | None = None
         self._due: list[float] = []
         self._waiting: las.Waiting = {}
         self._promotions = None if self.levels is None else las.Promotions(self.levels)
@@ -328,11 +328,11 @@ class GandivaPolicy:
         if self._reconsider_due(state, now):
             self._reconsider_at = now + self.config.reconsider_every
             out += self._reconsider(state, now)
-            self._reconsidered_at = (state.changes, state.samples)
+            self._reconsidered_at = self._version(state)
         if cfg.elastic and state.elastic:
             out += self._grow_when_idle(state, now)
         out += timeslice.resume_idle_sets(state, now, rank)
-        self._passed = (now, state.changes)
+        self._passed = (now, state, state.changes)
         if self._promotions is not None:
             self._promotions.watch(state, (d.job_id for d in out))
             # Runners cross levels at scattered moments: look at them together, at
@@ -359,9 +359,17 @@ class GandivaPolicy:
             return True
         return crossing is not None and crossing <= now
 
+    @staticmethod
+    def _version(state: ClusterState) -> tuple[ClusterState, int, int]:
+        """What the cluster looks like, as far as reconsidering goes: the same model unchanged.
+
+        A model the daemon loads afresh each pass counts as changed.
+        """
+        return (state, state.changes, state.samples)
+
     def _reconsider_due(self, state: ClusterState, now: float) -> bool:
         """At most once per ``reconsider_every`` seconds, after a change."""
-        if (state.changes, state.samples) == self._reconsidered_at:
+        if self._version(state) == self._reconsidered_at:
             return False
         return now >= self._reconsider_at
 
@@ -422,10 +430,10 @@ class GandivaPolicy:
         passed = self._passed
         if levels is None or (cfg.elastic and state.elastic):
             return now
-        if passed is None or passed[1] != state.changes:
+        if passed is None or passed[1] is not state or passed[2] != state.changes:
             return now
         due: list[float] = []
-        if (state.changes, state.samples) != self._reconsidered_at:
+        if self._version(state) != self._reconsidered_at:
             due.append(self._reconsider_at)
         if cfg.starvation_guard:
             due += [

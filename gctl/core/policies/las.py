@@ -57,7 +57,7 @@ class LasPolicy:
         self._model: ClusterState | None = None
         self._node_events = 0
         self._seen = 0
-        self._passed: tuple[float, int] | None = None
+        self._passed: tuple[float, ClusterState, int] | None = None
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
         """Re-rank the jobs and hand the GPUs to the best-ranked ones that fit."""
@@ -66,7 +66,7 @@ class LasPolicy:
     def introspect(self, state: ClusterState, now: float) -> list[Decision]:
         """The same pass: levels change with time as running jobs attain service."""
         out = self._pass(state, now)
-        self._passed = (now, state.changes)
+        self._passed = (now, state, state.changes)
         return out
 
     # ---- the queue -----------------------------------------------------
@@ -176,7 +176,7 @@ class LasPolicy:
         if not state.pending:
             return None
         passed = self._passed
-        if passed is None or passed[1] != state.changes:
+        if passed is None or passed[1] is not state or passed[2] != state.changes:
             return now
         levels = self.levels
         promotion = self._promotions.next_due(state)
