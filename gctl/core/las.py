@@ -137,7 +137,13 @@ class Ranking:
             key = self._keys[js.id] = self.levels.rank(js, self.now)
             return key
         kept = self.waiting.get(js.id)
-        if kept is not None and kept[0] == js.attained and kept[1] == js.service_base:
+        if (
+            kept is not None
+            and kept[0] == js.attained
+            and kept[1] == js.service_base
+            and kept[2][0] == -int(js.spec.priority)
+            and kept[2][2] == js.seq  # a model loaded afresh numbers its jobs anew
+        ):
             key = kept[2]
         else:
             key = self.levels.rank(js, self.now)

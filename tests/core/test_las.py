@@ -217,3 +217,16 @@ def test_promotions_are_noted_once_and_a_new_model_is_scanned_whole() -> None:
     submit(other, "z", 1, 0.0)
     promotions.watch(other, ())
     assert promotions.next_due(other) is None  # z never ran: level 1, nothing to promote
+
+
+def test_a_kept_rank_is_not_reused_for_a_job_numbered_anew() -> None:
+    """The daemon loads a new model every pass; a job's arrival number there may differ."""
+    kept: las.Waiting = {}
+    first = new_state(1)
+    submit(first, "x", 1, 0.0)
+    submit(first, "y", 1, 1.0)
+    ranking = las.Ranking(las.DEFAULT, 10.0, kept)
+    assert ranking(first.jobs["y"])[2] == 2
+    second = new_state(1)
+    submit(second, "y", 1, 1.0)  # x finished: y is now the first arrival
+    assert las.Ranking(las.DEFAULT, 20.0, kept)(second.jobs["y"])[2] == 1
