@@ -24,9 +24,12 @@ decide anything, so it skips the passes between.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
+from operator import itemgetter
 from typing import Any
 
 from gctl.core import elastic, las, migration, packing, placement, starvation, timeslice
@@ -186,30 +189,51 @@ class GandivaPolicy:
         bucket (same priority and size): they would get the same answer.
         """
         height = self.config.max_height if self.config.timeslicing else 1.0
-        jobs = state.jobs
         heads: list[tuple[tuple[int, ...], str, tuple[int, int]]] = []
-        iters = {}
+        iters: dict[tuple[int, int], Iterator[tuple[tuple[int, ...], JobState]]] = {}
         for key, bucket in state.pending.items():
-            order = sorted(bucket, key=lambda j: rank(jobs[j])) if rank else list(bucket)
-            iters[key] = it = iter(order)
-            first = next(it)
-            heads.append((self._key(jobs[first], rank), first, key))
+            iters[key] = it = self._in_order(state, bucket)
+            rank_of, first = next(it)
+            heads.append((rank_of, first.id, key))
         heapq.heapify(heads)
         out: list[Decision] = []
         while heads:
             _, job_id, key = heapq.heappop(heads)
-            js = jobs[job_id]
+            js = state.jobs[job_id]
             out += placement.place(state, js, now, height)
             if not js.gpus:
                 continue
             nxt = next(iters[key], None)
             if nxt is not None:
-                heapq.heappush(heads, (self._key(jobs[nxt], rank), nxt, key))
+                heapq.heappush(heads, (nxt[0], nxt[1].id, key))
         return out
 
-    @staticmethod
-    def _key(js: JobState, rank: las.Ranking | None) -> tuple[int, ...]:
-        return rank(js) if rank is not None else (-int(js.spec.priority), js.seq)
+    def _in_order(
+        self, state: ClusterState, bucket: dict[str, None]
+    ) -> Iterator[tuple[tuple[int, ...], JobState]]:
+        """The jobs of a pending bucket with their ranks, best first, looked at as they go.
+
+        A bucket holds one priority in arrival order, so by least attained
+        service its order is by level, then that order: the jobs of level 0
+        come as they are met, the others once the bucket is through. A
+        waiting job's level is fixed, so this costs what is taken, not a sort.
+        """
+        jobs = [state.jobs[j] for j in bucket]
+        if self.levels is None:
+            for js in jobs:
+                yield (-int(js.spec.priority), js.seq), js
+            return
+        bounds = self.levels.thresholds
+        later: list[list[JobState]] = [[] for _ in bounds]
+        for js in jobs:
+            level = bisect.bisect_right(bounds, js.attained - js.service_base)
+            if level:
+                later[level - 1].append(js)
+            else:
+                yield (-int(js.spec.priority), 0, js.seq), js
+        for level, found in enumerate(later, 1):
+            for js in found:
+                yield (-int(js.spec.priority), level, js.seq), js
 
     def _displace(self, state: ClusterState, now: float, rank: las.Ranking) -> list[Decision]:
         """Requeue jobs of a higher level for waiting jobs, best-ranked first.
@@ -240,17 +264,22 @@ class GandivaPolicy:
         if not top:
             return out
         lowest = min(top)
-        waiting = sorted(
-            (
-                jobs[j]
-                for (prio, _), bucket in state.pending.items()
-                for j in bucket
-                if prio > lowest or top.get(prio, -1) > rank.level(jobs[j])
-            ),
-            key=rank,
-        )
         stuck: set[tuple[int, int]] = set()  # a bucket whose best job found no room
-        for js in waiting:
+
+        def candidates(
+            key: tuple[int, int], bucket: dict[str, None]
+        ) -> Iterator[tuple[tuple[int, ...], JobState]]:
+            """The bucket's jobs that some job on GPUs ranks below, best first, until stuck."""
+            prio = key[0]
+            for ranked in self._in_order(state, bucket):
+                if key in stuck or (prio <= lowest and top.get(prio, -1) <= ranked[0][1]):
+                    return  # later jobs of the bucket have no lower level
+                yield ranked
+
+        merged = heapq.merge(
+            *(candidates(k, b) for k, b in list(state.pending.items())), key=itemgetter(0)
+        )
+        for _, js in merged:
             bucket = (int(js.spec.priority), js.spec.gpus)
             if bucket in stuck or js.status is not JobStatus.PENDING:
                 continue
