@@ -256,11 +256,14 @@ class GandivaPolicy:
             return float(levels.count - rank.level(other))
 
         top: dict[int, int] = {}  # the highest level on GPUs, by priority
+        bounds = levels.thresholds
         for members in state.groups.values():
             for m in members:
                 if (js := jobs[m]).spec.can_checkpoint:
                     prio = int(js.spec.priority)
-                    top[prio] = max(top.get(prio, 0), rank.level(js))
+                    level = bisect.bisect_right(bounds, js.attained_at(now) - js.service_base)
+                    if level > top.get(prio, -1):
+                        top[prio] = level
         if not top:
             return out
         lowest = min(top)
