@@ -130,14 +130,14 @@ class Run:
         if force or last or now - self._last_report >= self._report_every:
             self._last_report = now
             span = self._recent[-1] - self._recent[0]
-            rate = (len(self._recent) - 1) / span if span > 0 else 0.0
-            progress = {
+            progress: dict[str, object] = {
                 "step": step,
                 "steps": steps,
                 "time": time.time(),
-                "rate": rate,
                 "sdk": SDK_VERSION,
             }
+            if span > 0:  # one step since the start tells no rate yet: none, rather than 0
+                progress["rate"] = (len(self._recent) - 1) / span
             if last:
                 progress["done"] = True
             _write_json(self.dir / PROGRESS_FILE, progress, sync=last)

@@ -50,7 +50,8 @@ def test_progress_is_throttled_unless_forced(tmp_path: Path) -> None:
     run = _run(tmp_path, report_every=3600)
     progress = run.dir / job.PROGRESS_FILE
     run.step(1, 10)
-    assert json.loads(progress.read_text())["step"] == 1
+    first = json.loads(progress.read_text())
+    assert first["step"] == 1 and "rate" not in first  # one step tells no rate: none, not 0
     run.step(2, 10)
     assert json.loads(progress.read_text())["step"] == 1  # within report_every: not written
     run.step(3, 10, force=True)
