@@ -129,7 +129,9 @@ def read_config(path: Path) -> dict[str, dict[str, Any]]:
             data = tomllib.load(fh)
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a gctl config") from None
+    except (OSError, ValueError) as exc:  # ValueError: TOMLDecodeError, or a huge integer
         raise ConfigError(f"{path}: {exc}") from None
     for section, values in data.items():
         if section == "users":

@@ -136,7 +136,9 @@ class Run:
                 "time": time.time(),
                 "sdk": SDK_VERSION,
             }
-            if span > 0:  # one step since the start tells no rate yet: none, rather than 0
+            if len(self._recent) == self._recent.maxlen and span > 0:
+                # Only a full window of steps since the start tells a steady rate; before
+                # that none, rather than 0 or a figure the start-up still drags down.
                 progress["rate"] = (len(self._recent) - 1) / span
             if last:
                 progress["done"] = True

@@ -51,12 +51,16 @@ def test_progress_is_throttled_unless_forced(tmp_path: Path) -> None:
     progress = run.dir / job.PROGRESS_FILE
     run.step(1, 10)
     first = json.loads(progress.read_text())
-    assert first["step"] == 1 and "rate" not in first  # one step tells no rate: none, not 0
+    assert first["step"] == 1 and "rate" not in first  # no rate yet: none, not 0
     run.step(2, 10)
     assert json.loads(progress.read_text())["step"] == 1  # within report_every: not written
     run.step(3, 10, force=True)
     got = json.loads(progress.read_text())
-    assert (got["step"], got["steps"], got["sdk"]) == (3, 10, job.SDK_VERSION) and got["rate"] > 0
+    assert (got["step"], got["steps"], got["sdk"]) == (3, 10, job.SDK_VERSION)
+    assert "rate" not in got  # 3 steps since the start: too few for a steady rate
+    for step in range(4, 12):
+        run.step(step, 20, force=True)
+    assert json.loads(progress.read_text())["rate"] > 0  # a full window of 11 steps
 
 
 def test_only_the_final_report_says_the_work_is_done(

@@ -349,7 +349,9 @@ def _parse_toml(path: Path) -> Cluster:
         raise ClusterSpecError(f"{source}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ClusterSpecError(f"{source}: not valid UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
+    except RecursionError:
+        raise ClusterSpecError(f"{source}: nested too deeply to be a cluster file") from None
+    except ValueError as exc:  # TOMLDecodeError, or an integer too long to convert
         raise ClusterSpecError(f"{source}: invalid TOML: {exc}") from None
     for key in data:
         if key != "nodes":

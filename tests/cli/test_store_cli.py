@@ -143,6 +143,18 @@ def test_config_file_typo_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert code == 1 and "unknown key 'ulr'" in err
 
 
+def test_config_file_nested_too_deeply_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "gctl.toml"
+    cfg.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    monkeypatch.setenv("GCTL_CONFIG", str(cfg))
+    monkeypatch.delenv("GCTL_DB", raising=False)
+    code, _, err = run("queue")
+    assert code == 1 and "nested too deeply" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_node_lifecycle_with_reasons_like_sinfo(gdb: Path) -> None:
     ok("node", "add", "gpu01", "--host", "10.0.0.1", *FP, "--emulate-gpus", "4xV100-16GB")
     ok("node", "add", "gpu02", "--host", "10.0.0.2", *FP, "--emulate-gpus", "8xA100-80GB")

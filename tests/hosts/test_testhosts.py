@@ -235,7 +235,7 @@ def test_train_checkpoints_and_resumes(tmp_path: Path) -> None:
     assert read_json(job / "checkpoint.json")["step"] == 4
     progress = read_json(job / "progress.json")
     assert (progress["step"], progress["steps"]) == (5, 5)
-    assert {"time", "rate"} <= progress.keys()
+    assert "time" in progress and "rate" not in progress  # 5 steps: too few for a rate
 
     second = train(job, "--steps", "8", "--step-time", "0")
     assert second.returncode == 0, second.stderr

@@ -331,6 +331,7 @@ def test_toml_width_counts_all_tables_with_prefix(tmp_path: Path) -> None:
         ),
         ("[[nodes]\ngpus = 8\n", "invalid TOML"),
         ("[[nodes]]\ngpus = 8\ngpus = 4\n", "invalid TOML"),
+        ("nodes = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
     ],
 )
 def test_toml_errors_name_file_and_problem(tmp_path: Path, text: str, message: str) -> None:
