@@ -214,8 +214,9 @@ def test_light_jobs_are_packed_and_stay_packed_while_the_pack_pays(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # Each job computes 20 % of every step on its emulated GPU: two on one GPU barely contend.
+    # Round robin: the waiting job gets turns, so it is profiled before it is packed.
     ids = _light_looking_jobs(host_store, steps=240, gpu_busy=0.2)
-    options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
+    options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0, "order": "round-robin"}
     start_daemon(host_store, policy_options=options)
 
     # Packed either way: the waiting job moves onto the job alone (job.pack), or the
