@@ -26,6 +26,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gctl.core.model import JobStatus
 from gctl.core.state import ClusterState, JobState
@@ -62,7 +63,7 @@ class Levels:
 
     def level(self, js: JobState, now: float) -> int:
         """The level ``js`` is in now (0 = least service)."""
-        return bisect_right(self.thresholds, js.attained_at(now) - js.service_base)
+        return bisect_right(self.thresholds, self.service(js, now))
 
     def rank(self, js: JobState, now: float) -> tuple[int, int, int]:
         """Sort key: higher priority first, then lower level, then arrival order."""
@@ -80,10 +81,7 @@ class Levels:
 
     def promote_at(self, js: JobState) -> float | None:
         """When a waiting ``js`` is due for promotion, or None (running, or at level 0)."""
-        bounds = self.thresholds
-        if js.status is JobStatus.RUNNING or not bounds:
-            return None
-        if js.attained - js.service_base < bounds[0]:  # level 0 already
+        if js.status is JobStatus.RUNNING or self.level(js, js.since) == 0:
             return None
         run_time = max(js.attained / max(js.spec.gpus, 1), self.min_service)
         return js.since + self.promote_after * run_time
@@ -109,6 +107,15 @@ DEFAULT = Levels()
 
 Waiting = dict[str, tuple[float, float, tuple[int, int, int]]]
 """Sort keys of waiting jobs by job id, with the attained service and base they were taken at."""
+
+_T = TypeVar("_T")
+
+
+def forget_finished(kept: dict[str, _T], state: ClusterState) -> dict[str, _T]:
+    """``kept`` (what a policy remembers per job), without the jobs gone, once it has grown."""
+    if len(kept) > 2 * len(state.jobs) + 1024:
+        return {j: k for j, k in kept.items() if j in state.jobs}
+    return kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,11 @@
 Arrivals and finishes call the policy's reactive ``schedule``; a periodic
 tick calls ``introspect`` while the policy wants it. A policy that can say
 when its next pass could decide anything (:class:`gctl.core.policy.Waking`)
-is not ticked before then: the clock jumps over passes that change nothing. The decisions come back
-already committed to the :class:`ClusterState`; :meth:`Simulator._effects`
-is the simulator's one place that turns them into consequences (job speeds,
-overhead, counters), as ``gctl/daemon/apply.py`` will for real hosts.
+is not ticked before then: the clock jumps over passes that change nothing.
+The decisions come back already committed to the :class:`ClusterState`;
+:meth:`Simulator._effects` is the simulator's one place that turns them into
+consequences (job speeds, overhead, counters), as ``gctl/daemon/apply.py``
+does for real hosts.
 
 Progress is tracked lazily: a job's remaining work is settled only when its
 speed changes, and its finish is a heap event invalidated by a version

@@ -211,11 +211,11 @@ class _Loader:
         node_ids, gpu_ids, cluster, admin = self._nodes()
         state = ClusterState(cluster)
         jobs = self._jobs(gpu_ids)
-        entered = self._state_times()
+        entered, ran = self._history()
         self._submit(state, jobs, entered)
         placed = self._place(state, jobs, entered)
         self._restore(state, jobs, placed)
-        self._attained(state, jobs)
+        self._attained(state, jobs, ran)
         requeued: list[str] = []
         for name, admin_state in admin.items():
             if admin_state == "drain":
@@ -408,15 +408,28 @@ class _Loader:
             max(times, default=submit_time),
         )
 
-    def _state_times(self) -> dict[tuple[int, str], float]:
-        """When each unfinished job last entered each state it passed through."""
+    def _history(self) -> tuple[dict[tuple[int, str], float], dict[int, float]]:
+        """The state history of the unfinished jobs, read once.
+
+        Returns when each job last entered each state it passed through, and
+        the seconds each spent in its closed running stretches (a stretch
+        still open is counted by the core from ``last_resumed``).
+        """
         rows = self.session.connection().execute(
-            select(JobStateRow.job_id, JobStateRow.state, func.max(JobStateRow.at))
+            select(JobStateRow.job_id, JobStateRow.state, JobStateRow.at)
             .join(JobRow, JobRow.id == JobStateRow.job_id)
             .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
-            .group_by(JobStateRow.job_id, JobStateRow.state)
+            .order_by(JobStateRow.job_id, JobStateRow.at, JobStateRow.id)
         )
-        return {(job_id, st): at for job_id, st, at in rows}
+        entered: dict[tuple[int, str], float] = {}
+        ran: dict[int, float] = {}
+        last: tuple[int, str, float] | None = None
+        for job_id, st, at in rows:
+            entered[job_id, st] = at  # rows come in time order: the last one is the latest
+            if last is not None and last[0] == job_id and last[1] in RUNNING_STATES:
+                ran[job_id] = ran.get(job_id, 0.0) + max(at - last[2], 0.0)
+            last = (job_id, st, at)
+        return entered, ran
 
     # ---- replaying -----------------------------------------------------
 
@@ -506,25 +519,13 @@ class _Loader:
                     f"job {job.row_id}: stored mode {stored} but the core has it {mode.value}"
                 )
 
-    def _attained(self, state: ClusterState, jobs: list[_Job]) -> None:
-        """Set each job's attained service from the closed running stretches of its history."""
-        gpus = {j.row_id: j.spec.gpus for j in jobs if core_job_id(j.row_id) in state.jobs}
-        rows = self.session.connection().execute(
-            select(JobStateRow.job_id, JobStateRow.state, JobStateRow.at)
-            .join(JobRow, JobRow.id == JobStateRow.job_id)
-            .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
-            .order_by(JobStateRow.job_id, JobStateRow.at, JobStateRow.id)
-        )
-        had: dict[int, float] = {}
-        last: tuple[int, str, float] | None = None
-        for job_id, st, at in rows:
-            if last is not None and last[0] == job_id and last[1] in RUNNING_STATES:
-                had[job_id] = had.get(job_id, 0.0) + gpus.get(job_id, 0) * max(at - last[2], 0.0)
-            last = (job_id, st, at)
-        for row_id, seconds in had.items():
-            js = state.jobs.get(core_job_id(row_id))
-            if js is not None:
-                js.attained = seconds
+    @staticmethod
+    def _attained(state: ClusterState, jobs: list[_Job], ran: dict[int, float]) -> None:
+        """Set each job's attained service: its GPUs times its closed running stretches."""
+        for job in jobs:
+            js = state.jobs.get(core_job_id(job.row_id))
+            if js is not None and job.row_id in ran:
+                js.attained = job.spec.gpus * ran[job.row_id]
 
     def _observe(self, state: ClusterState) -> None:
         """Give each job its latest profile sample and the rate it made running alone."""

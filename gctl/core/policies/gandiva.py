@@ -24,7 +24,6 @@ decide anything, so it skips the passes between.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 from collections.abc import Iterator
@@ -150,8 +149,7 @@ class GandivaPolicy:
     def _rank(self, state: ClusterState, now: float) -> las.Ranking | None:
         if self.levels is None:
             return None
-        if len(self._waiting) > 2 * len(state.jobs) + 1024:  # forget jobs that finished
-            self._waiting = {j: k for j, k in self._waiting.items() if j in state.jobs}
+        self._waiting = las.forget_finished(self._waiting, state)
         return las.Ranking(self.levels, now, self._waiting)
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
@@ -192,7 +190,7 @@ class GandivaPolicy:
         heads: list[tuple[tuple[int, ...], str, tuple[int, int]]] = []
         iters: dict[tuple[int, int], Iterator[tuple[tuple[int, ...], JobState]]] = {}
         for key, bucket in state.pending.items():
-            iters[key] = it = self._in_order(state, bucket)
+            iters[key] = it = self._in_order(state, bucket, now)
             rank_of, first = next(it)
             heads.append((rank_of, first.id, key))
         heapq.heapify(heads)
@@ -209,7 +207,7 @@ class GandivaPolicy:
         return out
 
     def _in_order(
-        self, state: ClusterState, bucket: dict[str, None]
+        self, state: ClusterState, bucket: dict[str, None], now: float
     ) -> Iterator[tuple[tuple[int, ...], JobState]]:
         """The jobs of a pending bucket with their ranks, best first, looked at as they go.
 
@@ -223,10 +221,10 @@ class GandivaPolicy:
             for js in jobs:
                 yield (-int(js.spec.priority), js.seq), js
             return
-        bounds = self.levels.thresholds
-        later: list[list[JobState]] = [[] for _ in bounds]
+        levels = self.levels
+        later: list[list[JobState]] = [[] for _ in levels.thresholds]
         for js in jobs:
-            level = bisect.bisect_right(bounds, js.attained - js.service_base)
+            level = levels.level(js, now)
             if level:
                 later[level - 1].append(js)
             else:
@@ -256,12 +254,11 @@ class GandivaPolicy:
             return float(levels.count - rank.level(other))
 
         top: dict[int, int] = {}  # the highest level on GPUs, by priority
-        bounds = levels.thresholds
         for members in state.groups.values():
             for m in members:
                 if (js := jobs[m]).spec.can_checkpoint:
                     prio = int(js.spec.priority)
-                    level = bisect.bisect_right(bounds, js.attained_at(now) - js.service_base)
+                    level = levels.level(js, now)
                     if level > top.get(prio, -1):
                         top[prio] = level
         if not top:
@@ -274,7 +271,7 @@ class GandivaPolicy:
         ) -> Iterator[tuple[tuple[int, ...], JobState]]:
             """The bucket's jobs that some job on GPUs ranks below, best first, until stuck."""
             prio = key[0]
-            for ranked in self._in_order(state, bucket):
+            for ranked in self._in_order(state, bucket, now):
                 if key in stuck or (prio <= lowest and top.get(prio, -1) <= ranked[0][1]):
                     return  # later jobs of the bucket have no lower level
                 yield ranked
@@ -309,9 +306,7 @@ class GandivaPolicy:
         due: list[float] = []
         if not (state.pending or state.shared):
             return due
-        known = self._crossing
-        if len(known) > 2 * len(state.jobs) + 1024:  # forget jobs that finished
-            self._crossing = known = {j: c for j, c in known.items() if j in state.jobs}
+        self._crossing = known = las.forget_finished(self._crossing, state)
         for members in state.groups.values():
             for m in members:
                 js = state.jobs[m]

@@ -116,10 +116,10 @@ class LasPolicy:
     # ---- the pass ------------------------------------------------------
 
     def _pass(self, state: ClusterState, now: float) -> list[Decision]:
+        promoted = self._promotions.promote(state, now)
+        self._ranks = las.forget_finished(self._ranks, state)
         rank = las.Ranking(self.levels, now, self._ranks)
         self._sync(state, rank)
-        promoted = self._promotions.promote(state, now)
-        rank = las.Ranking(self.levels, now, self._ranks)  # promotions changed ranks
         self._queue(promoted, rank)
         room = sum(ns.size for ns in state.nodes.values() if ns.open)
         running = [state.jobs[m] for members in state.groups.values() for m in members]
