@@ -23,13 +23,14 @@ behind a stream of short ones.
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gctl.core.model import JobStatus
-from gctl.core.state import ClusterState, JobState
+from gctl.core.state import ClusterState, GroupKey, JobState
 
 HOUR = 3600.0
 
@@ -133,6 +134,8 @@ class Ranking:
     levels: Levels
     now: float
     waiting: Waiting = field(default_factory=dict, compare=False)
+    standings: Standings | None = field(default=None, compare=False)
+    """Summaries of the GPU sets kept across passes, if the policy keeps them."""
     _keys: dict[str, tuple[int, int, int]] = field(default_factory=dict, compare=False)
 
     def __call__(self, js: JobState) -> tuple[int, int, int]:
@@ -141,7 +144,11 @@ class Ranking:
         if key is not None:
             return key
         if js.status is JobStatus.RUNNING:
-            key = self._keys[js.id] = self.levels.rank(js, self.now)
+            # Levels.rank, inlined: runners are ranked on every pass.
+            service = js.attained - js.service_base
+            service += len(js.gpus) * max(self.now - js.last_resumed, 0.0)
+            level = bisect_right(self.levels.thresholds, service)
+            key = self._keys[js.id] = (-int(js.spec.priority), level, js.seq)
             return key
         kept = self.waiting.get(js.id)
         if (
@@ -161,6 +168,12 @@ class Ranking:
     def level(self, js: JobState) -> int:
         """The level of ``js`` (see :meth:`Levels.level`)."""
         return self(js)[1]
+
+    def best(self, state: ClusterState, key: GroupKey) -> str:
+        """The best-ranked job on GPU set ``key``."""
+        if self.standings is not None:
+            return self.standings.entry(state, key, self).best
+        return min((state.jobs[m] for m in state.groups[key]), key=self).id
 
     def describe(self, js: JobState) -> str:
         """Where ``js`` stands (see :meth:`Levels.describe`)."""
@@ -230,3 +243,119 @@ class Promotions:
         if js is None or js.status is JobStatus.RUNNING:
             return None
         return js if (js.since, js.attained, js.service_base) == (since, attained, base) else None
+
+
+@dataclass(slots=True)
+class _Standing:
+    stamp: int
+    """:attr:`ClusterState.touched` of the set when summarised."""
+    until: float
+    """When a job running on it enters its next level (the summary expires)."""
+    bar: tuple[int, int] | None
+    weight: float
+    peaks: dict[int, int]
+    best: str
+    """The best-ranked job on the set."""
+
+
+class Standings:
+    """The GPU sets in use, summarised for displacement, kept from pass to pass.
+
+    A set's *standing* is the best (priority, -level) among its jobs: it
+    yields to a waiting job that outranks every job on it, and never when
+    one of its jobs cannot checkpoint. Its *weight* (the sum over its jobs
+    of ``count - level``) makes jobs of higher levels, which have had more
+    GPU time, the first displaced. A summary holds while the set's jobs and
+    their states are as they were (:attr:`ClusterState.touched`), no job
+    running on it crossed into another level, and none of its jobs was
+    promoted (:meth:`forget`), so a pass summarises the sets that changed,
+    not every set.
+    """
+
+    def __init__(self) -> None:
+        """Nothing summarised yet."""
+        self._state: ClusterState | None = None
+        self._sets: dict[GroupKey, _Standing] = {}
+
+    def update(self, state: ClusterState, rank: Ranking) -> None:
+        """Bring the summaries up to date with ``state`` at the moment of ``rank``."""
+        if state is not self._state:  # the daemon loads a model afresh every pass
+            self._state, self._sets = state, {}
+        kept, touched, now = self._sets, state.touched, rank.now
+        for key in state.groups:  # entry(), inlined: this runs over every set
+            entry = kept.get(key)
+            if entry is None or entry.stamp != touched[key] or entry.until <= now:
+                kept[key] = self._summarise(state, key, rank)
+        if len(kept) > len(state.groups):
+            for key in [k for k in kept if k not in state.groups]:
+                del kept[key]
+
+    def entry(self, state: ClusterState, key: GroupKey, rank: Ranking) -> _Standing:
+        """The summary of set ``key`` as of ``rank``, summarised afresh when it expired."""
+        if state is not self._state:
+            self._state, self._sets = state, {}
+        entry = self._sets.get(key)
+        if entry is None or entry.stamp != state.touched[key] or entry.until <= rank.now:
+            entry = self._sets[key] = self._summarise(state, key, rank)
+        return entry
+
+    def next_crossing(self) -> float | None:
+        """When the first job running on a set summarised enters its next level, if one will."""
+        until = min((entry.until for entry in self._sets.values()), default=math.inf)
+        return None if until == math.inf else until
+
+    def forget(self, key: GroupKey) -> None:
+        """Summarise set ``key`` afresh next time (one of its jobs was promoted)."""
+        self._sets.pop(key, None)
+
+    def top(self) -> dict[int, int]:
+        """The highest level of a job that can checkpoint on GPUs, by priority."""
+        out: dict[int, int] = {}
+        for entry in self._sets.values():
+            for prio, level in entry.peaks.items():
+                if level > out.get(prio, -1):
+                    out[prio] = level
+        return out
+
+    def yielding_to(self, prio: int, level: int) -> Callable[[GroupKey], bool]:
+        """Whether a set yields to a waiting job of ``prio`` at ``level``."""
+        bar = (prio, -level)
+        kept = self._sets
+
+        def yields(key: GroupKey) -> bool:
+            held = kept[key].bar
+            return held is not None and held < bar
+
+        return yields
+
+    def weight(self, key: GroupKey) -> float:
+        """What displacing the jobs of set ``key`` costs, per GPU."""
+        return self._sets[key].weight
+
+    @staticmethod
+    def _summarise(state: ClusterState, key: GroupKey, rank: Ranking) -> _Standing:
+        levels = rank.levels
+        bar: tuple[int, int] | None = (-(2**31), 0)
+        weight = 0.0
+        until = math.inf
+        peaks: dict[int, int] = {}
+        best: tuple[tuple[int, int, int], str] | None = None
+        for m in state.groups[key]:
+            js = state.jobs[m]
+            ranked = rank(js)
+            level = ranked[1]
+            if best is None or ranked < best[0]:
+                best = (ranked, m)
+            weight += levels.count - level
+            crossing = levels.crosses_at(js, rank.now)
+            if crossing is not None:
+                until = min(until, crossing)
+            if not js.spec.can_checkpoint:
+                bar = None
+                continue
+            prio = int(js.spec.priority)
+            peaks[prio] = max(level, peaks.get(prio, -1))
+            if bar is not None:
+                bar = max(bar, (prio, -level))
+        assert best is not None, f"GPU set {key} has no jobs"
+        return _Standing(state.touched[key], until, bar, weight, peaks, best[1])

@@ -29,11 +29,17 @@ class PackingMemory:
     """Pairs already found not to pay, remembered across passes."""
 
     bad_pairs: set[frozenset[str]] = field(default_factory=set)
+    _pruned: int = 0
 
     def prune(self, live: Mapping[str, object]) -> None:
-        """Drop pairs with a job that is gone."""
-        if self.bad_pairs:
+        """Drop pairs with a job that is gone, once the pairs have doubled since the last time.
+
+        A pair of jobs gone is never looked up again, so keeping it a while
+        costs memory only; pruning on every pass cost a scan of every pair.
+        """
+        if len(self.bad_pairs) > 2 * self._pruned + 64:
             self.bad_pairs = {p for p in self.bad_pairs if all(j in live for j in p)}
+            self._pruned = len(self.bad_pairs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,15 +80,16 @@ def starving(state: ClusterState, now: float, after: float) -> tuple[JobState, S
     return min(below, key=lambda js: (-js.spec.priority, js.seq)), now_shares
 
 
-Yields = Callable[[JobState], bool]
-"""Whether a resident job may be displaced (requeued) to make room."""
+Yields = Callable[[GroupKey], bool]
+"""Whether the jobs on a GPU set may all be displaced (requeued) to make room."""
 
-Weight = Callable[[JobState], float]
-"""What displacing a job costs, per GPU it holds (1 for every job unless told otherwise)."""
+Weight = Callable[[GroupKey], float]
+"""What displacing the jobs of a GPU set costs, per GPU (their count unless told otherwise)."""
 
 
-def _one(_: JobState) -> float:
-    return 1.0
+def every_job(state: ClusterState, yields: Callable[[JobState], bool]) -> Yields:
+    """A GPU set yields when every job on it does."""
+    return lambda key: all(yields(state.jobs[m]) for m in state.groups[key])
 
 
 def unstarve(state: ClusterState, js: JobState, owed: Shares, now: float) -> list[Decision]:
@@ -102,20 +103,16 @@ def unstarve(state: ClusterState, js: JobState, owed: Shares, now: float) -> lis
         )
 
     because = f"it waited {waited_h:.1f} h for GPUs no job could share"
-    return make_room(state, js, yields, now, because)
+    weight: Weight = lambda key: float(len(state.groups[key]))  # noqa: E731
+    return make_room(state, js, every_job(state, yields), weight, now, because)
 
 
 def make_room(
-    state: ClusterState,
-    js: JobState,
-    yields: Yields,
-    now: float,
-    because: str,
-    weight: Weight = _one,
+    state: ClusterState, js: JobState, yields: Yields, weight: Weight, now: float, because: str
 ) -> list[Decision]:
-    """Requeue the jobs that ``yields`` on the GPUs ``js`` is given, then start it there.
+    """Requeue the jobs of the GPU sets that ``yields`` that ``js`` needs, then start it there.
 
-    The GPUs chosen displace the least ``weight`` (per GPU-job); ``because``
+    The GPUs chosen displace the least ``weight`` (per GPU); ``because``
     says why, in both the victims' and ``js``'s reasons.
     """
     big = js.spec.gpus > state.max_size
@@ -133,14 +130,28 @@ def make_room(
     return out + state.commit([Place(js.id, where, ShareMode.EXCLUSIVE, reason)], now)
 
 
-def _all_yield(state: ClusterState, key: GroupKey, yields: Yields) -> bool:
-    """Whether every job on GPU set ``key`` may be displaced."""
-    return all(yields(state.jobs[m]) for m in state.groups[key])
+def room(state: ClusterState, yields: Yields) -> tuple[int, int]:
+    """The most GPUs :func:`make_room` could find with ``yields``: on one node, on whole nodes.
 
-
-def _load(state: ClusterState, key: GroupKey, weight: Weight) -> float:
-    """The weighted work on GPU set ``key``: its GPUs times its jobs' weights."""
-    return len(key) * sum(weight(state.jobs[m]) for m in state.groups[key])
+    One node: its free GPUs and the GPU sets on it that yield; whole nodes:
+    the GPUs of the open nodes whose sets all yield. A job larger than
+    either bound cannot be given room, so its search is skipped.
+    """
+    one = whole = 0
+    for ns in state.nodes.values():
+        if not ns.open:
+            continue
+        gpus = ns.free_mask.bit_count()
+        every = True
+        for key in ns.groups:
+            if yields(key):
+                if key[0][0] == key[-1][0]:
+                    gpus += len(key)
+            else:
+                every = False
+        one = max(one, gpus)
+        whole += ns.size if every else 0
+    return one, whole
 
 
 def _victims(state: ClusterState, keys: list[GroupKey]) -> dict[str, None]:
@@ -155,11 +166,9 @@ def _whole_nodes(
 ) -> tuple[GroupKey, dict[str, None]] | None:
     """The least loaded open nodes whose jobs all yield to ``js``, enough to hold it."""
     candidates = [
-        ns
-        for ns in state.nodes.values()
-        if ns.open and all(_all_yield(state, k, yields) for k in ns.groups)
+        ns for ns in state.nodes.values() if ns.open and all(yields(k) for k in ns.groups)
     ]
-    load = {ns.name: sum(_load(state, k, weight) for k in ns.groups) for ns in candidates}
+    load = {ns.name: sum(len(k) * weight(k) for k in ns.groups) for ns in candidates}
     candidates.sort(key=lambda n: (load[n.name] / n.size, -n.size, n.name))
     chosen: list[NodeState] = []
     room = 0
@@ -196,8 +205,8 @@ def _node_part(
         mask = ns.free_mask
         found = ns.topo.best_set(mask, count)
         for key in sorted(
-            (k for k in ns.groups if k[0][0] == k[-1][0] and _all_yield(state, k, yields)),
-            key=lambda k: (sum(weight(state.jobs[m]) for m in state.groups[k]), len(k), k),
+            (k for k in ns.groups if k[0][0] == k[-1][0] and yields(k)),
+            key=lambda k: (weight(k), len(k), k),
         ):
             if found is not None:
                 break
@@ -208,7 +217,7 @@ def _node_part(
             continue
         taken = set(found)
         hit = [k for k in ns.groups if any(i in taken for _, i in k)]
-        cost = (sum(_load(state, k, weight) for k in hit), ns.height, ns.name)
+        cost = (sum(len(k) * weight(k) for k in hit), ns.height, ns.name)
         if best is None or cost < best[0]:
             best = (cost, tuple((ns.name, i) for i in found), hit)
     if best is None:

@@ -13,6 +13,7 @@ pass see earlier ones. Nothing here does I/O or reads a clock.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -151,6 +152,13 @@ class ClusterState:
         """Counts the profile samples recorded (:meth:`observe`)."""
         self.node_events = 0
         """Counts nodes gone down (:meth:`node_down`), which requeue their jobs."""
+        self.touched: dict[GroupKey, int] = {}
+        """For each GPU set in use, a stamp that grows whenever its jobs or their states
+        change: an equal stamp means what a policy worked out about the set still holds."""
+        self.queued: dict[tuple[int, int], int] = {}
+        """The same kind of stamp for each bucket of :attr:`pending`: it grows whenever
+        the bucket's jobs change."""
+        self._touches = 0
         self._seq = 0
         self.total_free = 0
         self.max_size = 0
@@ -540,6 +548,8 @@ class ClusterState:
 
     def _touch(self, key: GroupKey) -> None:
         """Note that a group changed, for the time-slice index to catch up lazily."""
+        self._touches += 1
+        self.touched[key] = self._touches
         self._stale_groups[key] = None
         self._slice_stale[key[0][0]] = None
         if key[0][0] != key[-1][0]:
@@ -572,20 +582,27 @@ class ClusterState:
 
     def _enqueue(self, js: JobState) -> None:
         """Queue ``js`` in its bucket in arrival order: a requeued job goes before later ones."""
-        bucket = self.pending.setdefault((int(js.spec.priority), js.spec.gpus), {})
+        key = (int(js.spec.priority), js.spec.gpus)
+        bucket = self.pending.setdefault(key, {})
+        self._touches += 1
+        self.queued[key] = self._touches
         last = next(reversed(bucket), None)
-        bucket[js.id] = None
         if last is not None and self.jobs[last].seq > js.seq:
-            order = sorted(bucket, key=lambda j: self.jobs[j].seq)
+            order = list(bucket)
+            order.insert(bisect_right(order, js.seq, key=lambda j: self.jobs[j].seq), js.id)
             bucket.clear()
             bucket.update(dict.fromkeys(order))
+        else:
+            bucket[js.id] = None
 
     def _dequeue(self, js: JobState) -> None:
         key = (int(js.spec.priority), js.spec.gpus)
         bucket = self.pending[key]
         del bucket[js.id]
+        self._touches += 1
+        self.queued[key] = self._touches
         if not bucket:
-            del self.pending[key]
+            del self.pending[key], self.queued[key]
 
     def _join(self, js: JobState, gpus: GroupKey, now: float) -> None:
         """Make ``js`` resident and running on ``gpus`` (a free set or an existing group)."""
@@ -667,6 +684,7 @@ class ClusterState:
             self.dirty[key] = None
         else:
             del self.groups[key]
+            del self.touched[key]
             self.dirty.pop(key, None)
             self.scattered.pop(key, None)
         js.gpus = ()

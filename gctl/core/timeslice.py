@@ -38,6 +38,8 @@ def next_in_turn(
     passed over.
     """
     members = state.groups[key]
+    if rank is not None and after is None and not skip:
+        return rank.best(state, key)
     if rank is not None:
         jobs = [state.jobs[m] for m in members if m != after and m not in skip]
         return min(jobs, key=rank).id if jobs else None
@@ -92,13 +94,11 @@ def rotate(
     jobs = state.jobs
     for key in list(state.shared):
         members = state.groups[key]
+        if rank is not None and jobs[rank.best(state, key)].status is JobStatus.RUNNING:
+            continue
         runners = [jobs[m] for m in members if jobs[m].status is JobStatus.RUNNING]
         if not runners or len(runners) == len(members):
             continue
-        if rank is not None:
-            best = next_in_turn(state, key, None, rank=rank)
-            if best is None or jobs[best].status is JobStatus.RUNNING:
-                continue
         by_checkpoint = {r.id: memory.suspend_by_checkpoint(state, r) for r in runners}
         turn = checkpoint_quantum if any(by_checkpoint.values()) else quantum
         latest = max(runners, key=lambda r: r.last_resumed)

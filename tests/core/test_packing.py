@@ -171,10 +171,15 @@ def test_bad_pair_is_never_packed_again() -> None:
     assert [(p.job_id, p.with_jobs) for p in of_type(out, Pack)] == [("b", ("d",))]
 
 
-def test_memory_forgets_pairs_of_finished_jobs() -> None:
-    memory = packing.PackingMemory({frozenset({"x", "y"}), frozenset({"y", "z"})})
+def test_memory_forgets_pairs_of_finished_jobs_once_they_pile_up() -> None:
+    """Pairs of jobs gone are dropped in one sweep once the memory has doubled, not every pass."""
+    gone = {frozenset({f"x{i}", "y"}) for i in range(100)}
+    memory = packing.PackingMemory(gone | {frozenset({"y", "z"})})
     memory.prune({"y": None, "z": None})
     assert memory.bad_pairs == {frozenset({"y", "z"})}
+    few = packing.PackingMemory({frozenset({"x", "y"}), frozenset({"y", "z"})})
+    few.prune({"y": None, "z": None})
+    assert len(few.bad_pairs) == 2  # a handful is kept until it grows
 
 
 def test_max_packs_per_pass() -> None:

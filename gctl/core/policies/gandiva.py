@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from operator import itemgetter
@@ -39,6 +40,10 @@ from gctl.core.state import ClusterState, JobState
 
 ORDERS = ("las", "round-robin")
 """How jobs taking turns are ordered: least attained service first, or in cyclic turns."""
+
+
+_Ranked = tuple[tuple[int, ...], JobState]
+"""A waiting job with its sort key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,14 +148,18 @@ class GandivaPolicy:
         self._due: list[float] = []
         self._waiting: las.Waiting = {}
         self._promotions = None if self.levels is None else las.Promotions(self.levels)
-        self._crossing: dict[str, tuple[tuple[float, int, float, float], float | None]] = {}
         self._displaced: tuple[ClusterState, int, int, float | None] | None = None
+        self._standings = None if self.levels is None else las.Standings()
+        self._orders: dict[
+            tuple[int, int],
+            tuple[tuple[ClusterState, int, int], list[tuple[tuple[int, ...], JobState]]],
+        ] = {}
 
     def _rank(self, state: ClusterState, now: float) -> las.Ranking | None:
         if self.levels is None:
             return None
         self._waiting = las.forget_finished(self._waiting, state)
-        return las.Ranking(self.levels, now, self._waiting)
+        return las.Ranking(self.levels, now, self._waiting, self._standings)
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
         """Reactive pass: hand on freed slices, shrink on demand, place pending, un-slice."""
@@ -188,9 +197,9 @@ class GandivaPolicy:
         """
         height = self.config.max_height if self.config.timeslicing else 1.0
         heads: list[tuple[tuple[int, ...], str, tuple[int, int]]] = []
-        iters: dict[tuple[int, int], Iterator[tuple[tuple[int, ...], JobState]]] = {}
-        for key, bucket in state.pending.items():
-            iters[key] = it = self._in_order(state, bucket, now)
+        iters: dict[tuple[int, int], Iterator[_Ranked]] = {}
+        for key in state.pending:
+            iters[key] = it = self._in_order(state, key)
             rank_of, first = next(it)
             heads.append((rank_of, first.id, key))
         heapq.heapify(heads)
@@ -206,32 +215,33 @@ class GandivaPolicy:
                 heapq.heappush(heads, (nxt[0], nxt[1].id, key))
         return out
 
-    def _in_order(
-        self, state: ClusterState, bucket: dict[str, None], now: float
-    ) -> Iterator[tuple[tuple[int, ...], JobState]]:
-        """The jobs of a pending bucket with their ranks, best first, looked at as they go.
+    def _in_order(self, state: ClusterState, key: tuple[int, int]) -> Iterator[_Ranked]:
+        """The jobs of pending bucket ``key`` with their ranks, best first.
 
         A bucket holds one priority in arrival order, so by least attained
-        service its order is by level, then that order: the jobs of level 0
-        come as they are met, the others once the bucket is through. A
-        waiting job's level is fixed, so this costs what is taken, not a sort.
+        service its order is by level, then that order. A waiting job's
+        level is fixed until it is promoted, so the order is worked out again
+        only when the bucket or the promotions changed.
         """
-        jobs = [state.jobs[j] for j in bucket]
-        if self.levels is None:
-            for js in jobs:
+        bucket = state.pending[key]
+        if self.levels is None or self._promotions is None:
+            for js in [state.jobs[j] for j in bucket]:
                 yield (-int(js.spec.priority), js.seq), js
             return
-        levels = self.levels
-        later: list[list[JobState]] = [[] for _ in levels.thresholds]
-        for js in jobs:
-            level = levels.level(js, now)
-            if level:
-                later[level - 1].append(js)
-            else:
-                yield (-int(js.spec.priority), 0, js.seq), js
-        for level, found in enumerate(later, 1):
-            for js in found:
-                yield (-int(js.spec.priority), level, js.seq), js
+        stamp = (state, state.queued[key], self._promotions.promoted)
+        kept = self._orders.get(key)
+        if kept is None or kept[0] != stamp:
+            bounds = self.levels.thresholds
+            by_level: list[list[tuple[tuple[int, ...], JobState]]] = [
+                [] for _ in range(len(bounds) + 1)
+            ]
+            for j in bucket:
+                js = state.jobs[j]
+                # Waiting, so its service is what it banked (Levels.level, without the calls).
+                level = bisect_right(bounds, js.attained - js.service_base)
+                by_level[level].append(((-key[0], level, js.seq), js))
+            kept = self._orders[key] = (stamp, [r for found in by_level for r in found])
+        yield from kept[1]
 
     def _displace(self, state: ClusterState, now: float, rank: las.Ranking) -> list[Decision]:
         """Requeue jobs of a higher level for waiting jobs, best-ranked first.
@@ -245,81 +255,47 @@ class GandivaPolicy:
         the queue with their progress kept. (Within a level jobs are not
         displaced: each displacement costs a checkpoint and restore.)
         """
-        levels = rank.levels
-        jobs = state.jobs
         out: list[Decision] = []
-
-        def weight(other: JobState) -> float:
-            """Jobs of higher levels (more GPU time had) are displaced first."""
-            return float(levels.count - rank.level(other))
-
-        top: dict[int, int] = {}  # the highest level on GPUs, by priority
-        for members in state.groups.values():
-            for m in members:
-                if (js := jobs[m]).spec.can_checkpoint:
-                    prio = int(js.spec.priority)
-                    level = levels.level(js, now)
-                    if level > top.get(prio, -1):
-                        top[prio] = level
+        sets = self._standings
+        assert sets is not None
+        sets.update(state, rank)
+        top = sets.top()
         if not top:
             return out
         lowest = min(top)
         stuck: set[tuple[int, int]] = set()  # a bucket whose best job found no room
+        room: dict[tuple[int, int], tuple[int, int]] = {}  # starvation.room by priority, level
 
-        def candidates(
-            key: tuple[int, int], bucket: dict[str, None]
-        ) -> Iterator[tuple[tuple[int, ...], JobState]]:
+        def candidates(key: tuple[int, int]) -> Iterator[_Ranked]:
             """The bucket's jobs that some job on GPUs ranks below, best first, until stuck."""
             prio = key[0]
-            for ranked in self._in_order(state, bucket, now):
+            for ranked in self._in_order(state, key):
                 if key in stuck or (prio <= lowest and top.get(prio, -1) <= ranked[0][1]):
                     return  # later jobs of the bucket have no lower level
                 yield ranked
 
-        merged = heapq.merge(
-            *(candidates(k, b) for k, b in list(state.pending.items())), key=itemgetter(0)
-        )
+        merged = heapq.merge(*(candidates(k) for k in list(state.pending)), key=itemgetter(0))
         for _, js in merged:
             bucket = (int(js.spec.priority), js.spec.gpus)
             if bucket in stuck or js.status is not JobStatus.PENDING:
                 continue
             level = rank.level(js)
-            prio = js.spec.priority
-
-            def yields(other: JobState, level: int = level, prio: int = prio) -> bool:
-                return other.spec.can_checkpoint and (
-                    other.spec.priority < prio
-                    or (other.spec.priority == prio and rank.level(other) > level)
-                )
-
+            yields = sets.yielding_to(bucket[0], level)
+            bound = room.get((bucket[0], level))
+            if bound is None:
+                bound = room[bucket[0], level] = starvation.room(state, yields)
+            if js.spec.gpus > bound[js.spec.gpus > state.max_size]:
+                stuck.add(bucket)
+                continue
             because = f"it has had less GPU time ({rank.describe(js)})"
-            made = starvation.make_room(state, js, yields, now, because, weight)
-            if not made:
+            made = starvation.make_room(state, js, yields, sets.weight, now, because)
+            if made:
+                room.clear()  # the GPUs taken no longer yield as they did
+                sets.update(state, rank)
+            else:
                 stuck.add(bucket)
             out += made
         return out
-
-    def _crossings(self, state: ClusterState, now: float) -> list[float]:
-        """When runners enter their next level, while anyone waits (none: nobody cares)."""
-        levels = self.levels
-        assert levels is not None
-        due: list[float] = []
-        if not (state.pending or state.shared):
-            return due
-        self._crossing = known = las.forget_finished(self._crossing, state)
-        for members in state.groups.values():
-            for m in members:
-                js = state.jobs[m]
-                if js.status is not JobStatus.RUNNING:
-                    continue
-                # A runner's next crossing stays put while it runs on the same GPUs.
-                stint = (js.last_resumed, len(js.gpus), js.attained, js.service_base)
-                kept = known.get(m)
-                if kept is None or kept[0] != stint or (kept[1] is not None and kept[1] <= now):
-                    kept = known[m] = (stint, levels.crosses_at(js, now))
-                if kept[1] is not None:
-                    due.append(kept[1])
-        return due
 
     def introspect(self, state: ClusterState, now: float) -> list[Decision]:
         """Introspective pass: rotate time slices every quantum; reconsider placements less often.
@@ -334,8 +310,9 @@ class GandivaPolicy:
         """
         cfg = self.config
         rank = self._rank(state, now)
-        if self._promotions is not None:
-            self._promotions.promote(state, now)
+        if self._promotions is not None and self._standings is not None:
+            for js in self._promotions.promote(state, now):
+                self._standings.forget(js.gpus)
         turns_due: list[float] = []
         out = timeslice.resume_idle_sets(state, now, rank)
         freed = self._unstarve(state, now)
@@ -360,17 +337,35 @@ class GandivaPolicy:
             out += self._grow_when_idle(state, now)
         out += timeslice.resume_idle_sets(state, now, rank)
         self._passed = (now, state, state.changes)
-        if self._promotions is not None:
-            self._promotions.watch(state, (d.job_id for d in out))
-            # Runners cross levels at scattered moments: look at them together, at
-            # most one pass per reconsider_every seconds, a small delay next to a level.
-            grid = max(self.config.reconsider_every, self.config.quantum)
-            crossings = [math.ceil(t / grid) * grid for t in self._crossings(state, now)]
-            promoted = self._promotions.promoted
-            self._displaced = (state, state.changes, promoted, min(crossings, default=None))
-            promotion = self._promotions.next_due(state)
-            self._due = turns_due + crossings + ([] if promotion is None else [promotion])
+        if rank is not None:
+            self._note_dues(state, rank, out, turns_due)
         return out
+
+    def _note_dues(
+        self, state: ClusterState, rank: las.Ranking, out: list[Decision], turns_due: list[float]
+    ) -> None:
+        """Note when the next pass could decide something by least attained service.
+
+        Runners cross levels and waiting jobs come due for promotion at
+        scattered moments: they are looked at together, at most one pass per
+        ``reconsider_every`` seconds, a small delay next to a level or to a
+        wait of hours.
+        """
+        assert self._promotions is not None and self._standings is not None
+        self._promotions.watch(state, (d.job_id for d in out))
+        grid = max(self.config.reconsider_every, self.config.quantum)
+        due: list[float] = []
+        if state.pending or state.shared:  # nobody waiting: no crossing matters
+            self._standings.update(state, rank)
+            crossing = self._standings.next_crossing()
+            if crossing is not None:
+                due.append(math.ceil(crossing / grid) * grid)
+        promoted = self._promotions.promoted
+        self._displaced = (state, state.changes, promoted, min(due, default=None))
+        promotion = self._promotions.next_due(state)
+        if promotion is not None:
+            due.append(math.ceil(promotion / grid) * grid)
+        self._due = turns_due + due
 
     def _may_displace(self, state: ClusterState, now: float) -> bool:
         """Whether a displacement could be found that the last pass did not find.
