@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -359,3 +359,54 @@ class Standings:
                 bar = max(bar, (prio, -level))
         assert best is not None, f"GPU set {key} has no jobs"
         return _Standing(state.touched[key], until, bar, weight, peaks, best[1])
+
+
+class Order:
+    """One pending bucket in rank order (level, then arrival), kept up to date by difference.
+
+    A waiting job's level is fixed while it waits, so only the jobs queued
+    since the last look are ranked: each entry of a bucket carries the stamp
+    of its queueing, so a job requeued since counts as taken and queued
+    again. A promoted job is ranked again when it is promoted
+    (:meth:`rerank`); a model not seen before is ordered afresh.
+    """
+
+    def __init__(self, levels: Levels) -> None:
+        """Nothing ordered yet."""
+        self.levels = levels
+        self._seen: tuple[ClusterState | None, int] = (None, -1)
+        self._at: dict[str, tuple[int, int, str]] = {}
+        self._entries: list[tuple[int, int, str]] = []
+
+    def entries(self, state: ClusterState, key: tuple[int, int]) -> list[tuple[int, int, str]]:
+        """The bucket's jobs as (level, arrival, job id), best first; do not change the list."""
+        bucket = state.pending[key]
+        model, stamp = self._seen
+        if model is not state:
+            self._at, self._entries, stamp = {}, [], -1
+        elif stamp == state.queued[key]:
+            return self._entries
+        at = self._at
+        # Queued since the last look: stamped after it (a job requeued since included).
+        fresh = [j for j, queued in bucket.items() if queued > stamp]
+        for job_id in [*(at.keys() - bucket.keys()), *(j for j in fresh if j in at)]:
+            self._drop(job_id)
+        for job_id in fresh:
+            self._add(state.jobs[job_id])
+        self._seen = (state, state.queued[key])
+        return self._entries
+
+    def rerank(self, js: JobState) -> None:
+        """Rank a job of the bucket again: it was promoted."""
+        if js.id in self._at:
+            self._drop(js.id)
+            self._add(js)
+
+    def _drop(self, job_id: str) -> None:
+        del self._entries[bisect_left(self._entries, self._at.pop(job_id))]
+
+    def _add(self, js: JobState) -> None:
+        # Waiting, so its service is what it banked (Levels.level, without the calls).
+        level = bisect_right(self.levels.thresholds, js.attained - js.service_base)
+        entry = self._at[js.id] = (level, js.seq, js.id)
+        insort(self._entries, entry)

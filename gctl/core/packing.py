@@ -188,6 +188,8 @@ def pack_waiting(
         for i, tgt in enumerate(pool):
             tgt_util = tgt.observed.gpu_util if tgt.observed else 1.0
             if cand_util + tgt_util > util_limit:
+                if i == 0:  # the later candidates of its size are no lighter
+                    pool.clear()
                 break
             if frozenset((cand.id, tgt.id)) in memory.bad_pairs:
                 continue

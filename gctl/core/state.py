@@ -140,7 +140,8 @@ class ClusterState:
         self.jobs: dict[str, JobState] = {}
         self.groups: dict[GroupKey, list[str]] = {}
         self.shared: dict[GroupKey, None] = {}
-        self.pending: dict[tuple[int, int], dict[str, None]] = {}
+        self.pending: dict[tuple[int, int], dict[str, int]] = {}
+        """Waiting jobs by (priority, size), in arrival order, with the stamps of their queueing."""
         self.dirty: dict[GroupKey, None] = {}
         self.scattered: dict[GroupKey, None] = {}
         self.elastic: dict[str, None] = {}
@@ -585,15 +586,16 @@ class ClusterState:
         key = (int(js.spec.priority), js.spec.gpus)
         bucket = self.pending.setdefault(key, {})
         self._touches += 1
-        self.queued[key] = self._touches
+        stamp = self.queued[key] = self._touches
         last = next(reversed(bucket), None)
         if last is not None and self.jobs[last].seq > js.seq:
-            order = list(bucket)
-            order.insert(bisect_right(order, js.seq, key=lambda j: self.jobs[j].seq), js.id)
+            order = list(bucket.items())
+            at = bisect_right(order, js.seq, key=lambda entry: self.jobs[entry[0]].seq)
+            order.insert(at, (js.id, stamp))
             bucket.clear()
-            bucket.update(dict.fromkeys(order))
+            bucket.update(order)
         else:
-            bucket[js.id] = None
+            bucket[js.id] = stamp
 
     def _dequeue(self, js: JobState) -> None:
         key = (int(js.spec.priority), js.spec.gpus)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from operator import itemgetter
@@ -150,10 +149,8 @@ class GandivaPolicy:
         self._promotions = None if self.levels is None else las.Promotions(self.levels)
         self._displaced: tuple[ClusterState, int, int, float | None] | None = None
         self._standings = None if self.levels is None else las.Standings()
-        self._orders: dict[
-            tuple[int, int],
-            tuple[tuple[ClusterState, int, int], list[tuple[tuple[int, ...], JobState]]],
-        ] = {}
+        self._orders: dict[tuple[int, int], las.Order] = {}
+        """Pending buckets in rank order, by priority and size."""
 
     def _rank(self, state: ClusterState, now: float) -> las.Ranking | None:
         if self.levels is None:
@@ -218,30 +215,20 @@ class GandivaPolicy:
     def _in_order(self, state: ClusterState, key: tuple[int, int]) -> Iterator[_Ranked]:
         """The jobs of pending bucket ``key`` with their ranks, best first.
 
-        A bucket holds one priority in arrival order, so by least attained
-        service its order is by level, then that order. A waiting job's
-        level is fixed until it is promoted, so the order is worked out again
-        only when the bucket or the promotions changed.
+        A bucket holds one priority in arrival order; by least attained
+        service its order is by level, then that order (:class:`las.Order`).
         """
-        bucket = state.pending[key]
-        if self.levels is None or self._promotions is None:
-            for js in [state.jobs[j] for j in bucket]:
-                yield (-int(js.spec.priority), js.seq), js
-            return
-        stamp = (state, state.queued[key], self._promotions.promoted)
-        kept = self._orders.get(key)
-        if kept is None or kept[0] != stamp:
-            bounds = self.levels.thresholds
-            by_level: list[list[tuple[tuple[int, ...], JobState]]] = [
-                [] for _ in range(len(bounds) + 1)
-            ]
-            for j in bucket:
+        prio = -key[0]
+        if self.levels is None:
+            for j in list(state.pending[key]):
                 js = state.jobs[j]
-                # Waiting, so its service is what it banked (Levels.level, without the calls).
-                level = bisect_right(bounds, js.attained - js.service_base)
-                by_level[level].append(((-key[0], level, js.seq), js))
-            kept = self._orders[key] = (stamp, [r for found in by_level for r in found])
-        yield from kept[1]
+                yield (prio, js.seq), js
+            return
+        order = self._orders.get(key)
+        if order is None:
+            order = self._orders[key] = las.Order(self.levels)
+        for level, seq, j in list(order.entries(state, key)):
+            yield (prio, level, seq), state.jobs[j]
 
     def _displace(self, state: ClusterState, now: float, rank: las.Ranking) -> list[Decision]:
         """Requeue jobs of a higher level for waiting jobs, best-ranked first.
@@ -312,7 +299,12 @@ class GandivaPolicy:
         rank = self._rank(state, now)
         if self._promotions is not None and self._standings is not None:
             for js in self._promotions.promote(state, now):
-                self._standings.forget(js.gpus)
+                if js.status is JobStatus.PENDING:
+                    order = self._orders.get((int(js.spec.priority), js.spec.gpus))
+                    if order is not None:
+                        order.rerank(js)
+                else:
+                    self._standings.forget(js.gpus)
         turns_due: list[float] = []
         out = timeslice.resume_idle_sets(state, now, rank)
         freed = self._unstarve(state, now)
