@@ -141,6 +141,25 @@ def test_las_policy_preempts_the_most_served_job_for_a_new_one() -> None:
     assert state.jobs["old"].status is JobStatus.PENDING
 
 
+@pytest.mark.parametrize("smaller_first", [True, False])
+def test_within_a_level_the_smaller_job_goes_first_unless_told_arrival_order(
+    smaller_first: bool,
+) -> None:
+    state = new_state(2)
+    policy = LasPolicy(smaller_first=smaller_first)
+    submit(state, "hog", 2, 0.0)
+    policy.schedule(state, 0.0)
+    submit(state, "pair", 2, 10.0)  # arrived first, two GPUs
+    submit(state, "one", 1, 20.0)  # arrived later, one GPU: same level 0
+    ranking = las.Ranking(policy.levels, 20.0)
+    pair, one = ranking(state.jobs["pair"]), ranking(state.jobs["one"])
+    assert pair[1] == one[1] == 0
+    assert (one < pair) is smaller_first
+    state.finish("hog", 100.0)
+    out = policy.schedule(state, 100.0)
+    assert [d.job_id for d in of_type(out, Place)] == (["one"] if smaller_first else ["pair"])
+
+
 def test_las_policy_keeps_a_job_for_its_quantum_and_skips_jobs_too_big() -> None:
     state = new_state(2)
     policy = LasPolicy(quantum=600.0)
@@ -226,7 +245,7 @@ def test_a_kept_rank_is_not_reused_for_a_job_numbered_anew() -> None:
     submit(first, "x", 1, 0.0)
     submit(first, "y", 1, 1.0)
     ranking = las.Ranking(las.DEFAULT, 10.0, kept)
-    assert ranking(first.jobs["y"])[2] == 2
+    assert ranking(first.jobs["y"])[3] == 2
     second = new_state(1)
     submit(second, "y", 1, 1.0)  # x finished: y is now the first arrival
-    assert las.Ranking(las.DEFAULT, 20.0, kept)(second.jobs["y"])[2] == 1
+    assert las.Ranking(las.DEFAULT, 20.0, kept)(second.jobs["y"])[3] == 1

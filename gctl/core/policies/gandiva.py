@@ -70,6 +70,7 @@ class GandivaConfig:
     level_base: float = 3600.0
     level_factor: float = 10.0
     promote_after: float = 8.0
+    smaller_first: bool = False
 
     def __post_init__(self) -> None:
         """Refuse values of the wrong type or outside their range, naming the option."""
@@ -101,7 +102,13 @@ class GandivaConfig:
         """The least-attained-service levels when ``order`` is ``las``, else None."""
         if self.order != "las":
             return None
-        return las.Levels(self.levels, self.level_base, self.level_factor, self.promote_after)
+        return las.Levels(
+            self.levels,
+            self.level_base,
+            self.level_factor,
+            self.promote_after,
+            smaller_first=self.smaller_first,
+        )
 
 
 _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
@@ -189,8 +196,9 @@ class GandivaPolicy:
         """Algorithm 1 for each pending job: best-ranked first (priority, then arrival).
 
         With least attained service the rank is priority, then level, then
-        arrival. A job that cannot be placed holds back the later jobs of its
-        bucket (same priority and size): they would get the same answer.
+        arrival (fewer GPUs first with ``smaller_first``). A job that cannot
+        be placed holds back the later jobs of its bucket (same priority and
+        size): they would get the same answer.
         """
         height = self.config.max_height if self.config.timeslicing else 1.0
         heads: list[tuple[tuple[int, ...], str, tuple[int, int]]] = []
@@ -227,8 +235,9 @@ class GandivaPolicy:
         order = self._orders.get(key)
         if order is None:
             order = self._orders[key] = las.Order(self.levels)
+        size = self.levels.size_term(key[1])
         for level, seq, j in list(order.entries(state, key)):
-            yield (prio, level, seq), state.jobs[j]
+            yield (prio, level, size, seq), state.jobs[j]
 
     def _displace(self, state: ClusterState, now: float, rank: las.Ranking) -> list[Decision]:
         """Requeue jobs of a higher level for waiting jobs, best-ranked first.

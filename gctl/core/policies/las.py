@@ -1,15 +1,15 @@
 """The 2D-LAS baseline (Tiresias): least attained service first, preemptive, exclusive GPUs.
 
 On every event and pass, all unfinished jobs are ranked by priority, then
-attained-service level, then arrival (:mod:`gctl.core.las`, with its
-starvation promotion). Walking that order, each job that fits the GPUs not
-yet given to better-ranked jobs is chosen (a job too big for what is left is
-skipped, so smaller ones behind it still run); running jobs that were not
-chosen are preempted (requeued, progress kept) and chosen waiting jobs start
-on the tightest free set their size can get. A job keeps its GPUs for at
-least ``quantum`` seconds, so two jobs never swap back and forth at every
-event. It never time-slices, packs, migrates or resizes: it is the strongest
-classic peer, not a Gandiva.
+attained-service level, then size (fewer GPUs first) and arrival
+(:mod:`gctl.core.las`, with its starvation promotion). Walking that order,
+each job that fits the GPUs not yet given to better-ranked jobs is chosen (a
+job too big for what is left is skipped, so smaller ones behind it still
+run); running jobs that were not chosen are preempted (requeued, progress
+kept) and chosen waiting jobs start on the tightest free set their size can
+get. A job keeps its GPUs for at least ``quantum`` seconds, so two jobs never
+swap back and forth at every event. It never time-slices, packs, migrates or
+resizes: it is the strongest classic peer, not a Gandiva.
 
 A waiting job's rank does not change while it waits, so the queue is kept
 as one heap per job size, and a pass walks only as far into it as the GPUs
@@ -26,7 +26,7 @@ from gctl.core.model import JobStatus, ShareMode
 from gctl.core.policy import PolicyOptionError
 from gctl.core.state import ClusterState, JobState
 
-_Queued = tuple[tuple[int, int, int], str]
+_Queued = tuple[las.Key, str]
 """(rank when queued, job id)."""
 
 
@@ -42,10 +42,17 @@ class LasPolicy:
         level_base: float = las.DEFAULT.base,
         level_factor: float = las.DEFAULT.factor,
         promote_after: float = las.DEFAULT.promote_after,
+        smaller_first: bool = True,
     ) -> None:
-        """Level options as gandiva's; ``quantum``: the least run before a preemption."""
+        """Level options as gandiva's; ``quantum``: the least run before a preemption.
+
+        Within a level, jobs of fewer GPUs go first unless ``smaller_first``
+        is false (:class:`las.Levels`).
+        """
         try:
-            self.levels = las.Levels(levels, level_base, level_factor, promote_after)
+            self.levels = las.Levels(
+                levels, level_base, level_factor, promote_after, smaller_first=smaller_first
+            )
         except (TypeError, ValueError) as exc:
             raise PolicyOptionError(f"las: {exc}") from None
         if quantum < 0:
@@ -101,9 +108,9 @@ class LasPolicy:
 
     def _best_waiting(
         self, state: ClusterState, room: int, rank: las.Ranking, taken: set[str]
-    ) -> tuple[tuple[int, int, int], int] | None:
+    ) -> tuple[las.Key, int] | None:
         """(rank, size) of the best-ranked waiting job that fits ``room`` GPUs, if any."""
-        best: tuple[tuple[int, int, int], int] | None = None
+        best: tuple[las.Key, int] | None = None
         for size, queue in self._queues.items():
             if size > room:
                 continue
