@@ -160,13 +160,7 @@ class Ranking:
         if key is not None:
             return key
         if js.status is JobStatus.RUNNING:
-            # Levels.rank, inlined: runners are ranked on every pass.
-            service = js.attained - js.service_base
-            service += len(js.gpus) * max(self.now - js.last_resumed, 0.0)
-            levels = self.levels
-            level = bisect_right(levels.thresholds, service)
-            size = levels.size_term(js.spec.gpus)
-            key = self._keys[js.id] = (-int(js.spec.priority), level, size, js.seq)
+            key = self._keys[js.id] = self.levels.rank(js, self.now)
             return key
         kept = self.waiting.get(js.id)
         if (
@@ -297,20 +291,16 @@ class Standings:
 
     def update(self, state: ClusterState, rank: Ranking) -> None:
         """Bring the summaries up to date with ``state`` at the moment of ``rank``."""
-        if state is not self._state:  # the daemon loads a model afresh every pass
-            self._state, self._sets = state, {}
-        kept, touched, now = self._sets, state.touched, rank.now
-        for key in state.groups:  # entry(), inlined: this runs over every set
-            entry = kept.get(key)
-            if entry is None or entry.stamp != touched[key] or entry.until <= now:
-                kept[key] = self._summarise(state, key, rank)
+        for key in state.groups:
+            self.entry(state, key, rank)
+        kept = self._sets
         if len(kept) > len(state.groups):
             for key in [k for k in kept if k not in state.groups]:
                 del kept[key]
 
     def entry(self, state: ClusterState, key: GroupKey, rank: Ranking) -> _Standing:
         """The summary of set ``key`` as of ``rank``, summarised afresh when it expired."""
-        if state is not self._state:
+        if state is not self._state:  # the daemon loads a model afresh every pass
             self._state, self._sets = state, {}
         entry = self._sets.get(key)
         if entry is None or entry.stamp != state.touched[key] or entry.until <= rank.now:
@@ -424,7 +414,5 @@ class Order:
         del self._entries[bisect_left(self._entries, self._at.pop(job_id))]
 
     def _add(self, js: JobState) -> None:
-        # Waiting, so its service is what it banked (Levels.level, without the calls).
-        level = bisect_right(self.levels.thresholds, js.attained - js.service_base)
-        entry = self._at[js.id] = (level, js.seq, js.id)
+        entry = self._at[js.id] = (self.levels.level(js, js.since), js.seq, js.id)
         insort(self._entries, entry)

@@ -102,8 +102,10 @@ def unstarve(state: ClusterState, js: JobState, owed: Shares, now: float) -> lis
             spec.gpus < js.spec.gpus and spec.priority <= js.spec.priority and owed.above(spec.gpus)
         )
 
+    def weight(key: GroupKey) -> float:
+        return float(len(state.groups[key]))  # every job displaced costs the same
+
     because = f"it waited {waited_h:.1f} h for GPUs no job could share"
-    weight: Weight = lambda key: float(len(state.groups[key]))  # noqa: E731
     return make_room(state, js, every_job(state, yields), weight, now, because)
 
 
