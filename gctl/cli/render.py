@@ -193,12 +193,31 @@ def sim_report(report: SimReport) -> None:
     table.add_row(*row, *blank)
     table.add_row("simulated in", *[f"{r.wall_seconds:.1f}s" for r in results], *blank)
     _show(table)
+    if results[0].classes:
+        _show(_class_table(report))
     rejected = results[0].rejected
     if rejected:
         message(
             f"{len(rejected)} job(s) need more GPUs than the cluster has and were not run:"
             f" {', '.join(rejected[:10])}{' …' if len(rejected) > 10 else ''}"
         )
+
+
+def _class_table(report: SimReport) -> Table:
+    """Job times by class (production, opportunistic), policy by policy."""
+    from rich.table import Table
+
+    table = Table(title="by job class")
+    table.add_column("metric")
+    for r in report.results:
+        for cls in r.classes:
+            table.add_column(inert(f"{r.policy} {cls}"), justify="right")
+    every = [m for r in report.results for m in r.classes.values()]
+    for key, label, kind in _ROWS[:4]:
+        table.add_row(label, *[_fmt(float(getattr(m, key)), kind) for m in every])
+    done = [f"{m.finished} / {m.jobs}" for m in every]
+    table.add_row("finished / jobs", *done)
+    return table
 
 
 def message(text: str) -> None:

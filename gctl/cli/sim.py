@@ -56,6 +56,12 @@ def run_cmd(
     elastic_fraction: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Fraction of jobs made elastic (seeded).")
     ] = 0.0,
+    opportunistic_fraction: Annotated[
+        float,
+        typer.Option(
+            min=0.0, max=1.0, help="Fraction of jobs made opportunistic (TGS sharing, seeded)."
+        ),
+    ] = 0.0,
     tick: Annotated[
         float, typer.Option(min=1.0, max=PERIOD_MAX, help="Seconds between introspective passes.")
     ] = 60.0,
@@ -108,6 +114,7 @@ def run_cmd(
         tick=tick,
         seed=seed,
         elastic_fraction=elastic_fraction,
+        opportunistic_fraction=opportunistic_fraction,
         virtual_cluster=virtual_cluster,
         limit=limit,
         window=parse_window(window) if window else None,

@@ -31,6 +31,8 @@ class ShareMode(StrEnum):
     EXCLUSIVE = "exclusive"
     PACKED = "packed"
     TIMESLICED = "time-sliced"
+    OPPORTUNISTIC = "opportunistic"
+    """An opportunistic job: on idle GPUs or beside a production job, evicted when needed."""
 
 
 class JobStatus(StrEnum):

@@ -5,6 +5,13 @@ one job is exclusive; a group whose members all run is a pack; otherwise its
 members take turns (time slicing). Groups never overlap, which keeps node
 load, free GPUs and affinity cheap to maintain.
 
+Opportunistic jobs (TGS) are *guests*, kept beside that model: a guest
+holds no group, counts in no free count, load or queue a policy reads, and
+so never changes what a policy decides for production jobs. At most one
+guest is on a GPU; it is on idle GPUs or on exactly the GPU set of a
+production group (:mod:`gctl.core.opportunistic` decides which, and evicts
+it when production needs the GPUs).
+
 A policy reads this model and commits each decision to it with
 :meth:`ClusterState.apply` as it takes it, so later decisions in the same
 pass see earlier ones. Nothing here does I/O or reads a clock.
@@ -33,6 +40,7 @@ from gctl.core.decisions import (
 from gctl.core.model import (
     Cluster,
     GpuRef,
+    JobClass,
     JobSpec,
     JobStatus,
     Node,
@@ -68,6 +76,8 @@ class JobState:
     reason: str = ""
     attained: float = 0.0
     """GPU-seconds of service banked up to ``last_resumed`` (see :meth:`attained_at`)."""
+    beside: str | None = None
+    """A guest: the production job it was placed beside (None: placed on idle GPUs)."""
     service_base: float = 0.0
     """Attained service at the job's last starvation promotion: least-attained-service
     policies rank the job by the service it had since (:mod:`gctl.core.las`)."""
@@ -76,6 +86,11 @@ class JobState:
     def id(self) -> str:
         """The job id."""
         return self.spec.id
+
+    @property
+    def opportunistic(self) -> bool:
+        """Whether the job is opportunistic: a guest, kept out of the production model."""
+        return self.spec.job_class is JobClass.OPPORTUNISTIC
 
     @property
     def held(self) -> int:
@@ -148,7 +163,8 @@ class ClusterState:
         self.backlog: dict[int, int] = {}
         """GPUs asked for by the unfinished jobs of each size (GPU count), by size."""
         self.changes = 0
-        """Counts every event and decision applied: equal counts mean nothing changed."""
+        """Counts every event and decision applied, but those of guests: equal counts mean
+        nothing changed in what a policy sees."""
         self.samples = 0
         """Counts the profile samples recorded (:meth:`observe`)."""
         self.node_events = 0
@@ -159,6 +175,13 @@ class ClusterState:
         self.queued: dict[tuple[int, int], int] = {}
         """The same kind of stamp for each bucket of :attr:`pending`: it grows whenever
         the bucket's jobs change."""
+        self.guests: dict[str, None] = {}
+        """Opportunistic jobs on GPUs, in placement order."""
+        self.guest_queue: dict[str, None] = {}
+        """Opportunistic jobs waiting, in no particular order (see :meth:`next_guest`)."""
+        self._guest_heaps: dict[int, list[tuple[int, int, str]]] = {}
+        self.guest_on: dict[GpuRef, str] = {}
+        """The guest on each GPU that has one."""
         self._touches = 0
         self._seq = 0
         self.total_free = 0
@@ -364,14 +387,61 @@ class ClusterState:
         return [self.jobs[m] for m in self.groups.get(key, ())]
 
     def mode_of(self, job_id: str) -> ShareMode:
-        """Exclusive, packed (all members run) or time-sliced."""
+        """Exclusive, packed (all members run), time-sliced, or opportunistic (a guest)."""
         js = self.job(job_id)
+        if js.opportunistic:
+            return ShareMode.OPPORTUNISTIC
         members = self.groups.get(js.gpus, [])
         if len(members) <= 1:
             return ShareMode.EXCLUSIVE
         if all(self.jobs[m].status is JobStatus.RUNNING for m in members):
             return ShareMode.PACKED
         return ShareMode.TIMESLICED
+
+    def next_guest(self, size: int) -> JobState | None:
+        """The waiting opportunistic job of ``size`` GPUs first in line, or None.
+
+        First in line is highest priority, then oldest. Entries of jobs placed
+        or gone are dropped as they reach the top.
+        """
+        heap = self._guest_heaps.get(size)
+        while heap:
+            js = self.jobs.get(heap[0][2])
+            if js is not None and js.id in self.guest_queue:
+                return js
+            heapq.heappop(heap)
+        return None
+
+    def guest_sizes(self) -> list[int]:
+        """GPU counts for which opportunistic jobs may be waiting."""
+        return [size for size, heap in self._guest_heaps.items() if heap]
+
+    def _queue_guest(self, js: JobState) -> None:
+        self.guest_queue[js.id] = None
+        heap = self._guest_heaps.setdefault(js.spec.gpus, [])
+        heapq.heappush(heap, (-int(js.spec.priority), js.seq, js.id))
+        if len(heap) > 2 * len(self.guest_queue) + 64:
+            heap[:] = sorted({e for e in heap if e[2] in self.guest_queue})
+
+    def groups_over(self, gpus: GroupKey) -> list[GroupKey]:
+        """The production groups holding any of ``gpus``, each once."""
+        found: dict[GroupKey, None] = {}
+        for node, idx in gpus:
+            ns = self.nodes.get(node)
+            key = ns.group_of[idx] if ns is not None and idx < ns.size else None
+            if key is not None:
+                found[key] = None
+        return list(found)
+
+    def guests_over(self, gpus: GroupKey) -> list[str]:
+        """The guests on any of ``gpus``, each once."""
+        return list(dict.fromkeys(g for ref in gpus if (g := self.guest_on.get(ref)) is not None))
+
+    def host_of(self, job_id: str) -> GroupKey | None:
+        """The production group a guest shares its GPUs with (exactly its set), or None."""
+        js = self.job(job_id)
+        over = self.groups_over(js.gpus) if js.opportunistic else []
+        return over[0] if len(over) == 1 and over[0] == js.gpus else None
 
     def spread(self, gpus: GroupKey) -> Spread:
         """Locality class of a GPU set (sorted, as every group key is)."""
@@ -402,21 +472,32 @@ class ClusterState:
     # ---- events --------------------------------------------------------
 
     def submit(self, spec: JobSpec, now: float) -> JobState:
-        """Add a new job to the pending queue."""
-        self.changes += 1
+        """Add a new job to the pending queue (a guest to the guests' queue)."""
         if spec.id in self.jobs:
             raise StateError(f"job {spec.id!r} already exists")
         self._seq += 1
         js = JobState(spec, seq=self._seq, since=now)
         self.jobs[spec.id] = js
+        if js.opportunistic:
+            self._queue_guest(js)
+            return js
+        self.changes += 1
         self.backlog[spec.gpus] = self.backlog.get(spec.gpus, 0) + spec.gpus
         self._enqueue(js)
         return js
 
     def finish(self, job_id: str, now: float) -> JobState:
         """Remove a job that completed, failed or was cancelled."""
-        self.changes += 1
         js = self.job(job_id)
+        if js.opportunistic:
+            self.guest_queue.pop(job_id, None)
+            if js.gpus:
+                self._guest_leave(js, now)
+            js.status = JobStatus.DONE
+            js.since = now
+            del self.jobs[job_id]
+            return js
+        self.changes += 1
         if js.status is JobStatus.PENDING:
             self._dequeue(js)
         elif js.gpus:
@@ -454,6 +535,10 @@ class ClusterState:
                 js.since = now
                 self._enqueue(js)
                 requeued.append(job_id)
+        for ref, guest in list(self.guest_on.items()):
+            if ref[0] == name and guest in self.guests:
+                self._guest_requeue(self.jobs[guest], now)
+                requeued.append(guest)
         self._reindex(ns, lambda: setattr(ns, "up", False))
         return requeued
 
@@ -495,9 +580,12 @@ class ClusterState:
 
     def apply(self, d: Decision, now: float) -> None:
         """Commit one decision to the model (bookkeeping only, no side effects)."""
-        self.changes += 1
         js = self.job(d.job_id)
         js.reason = d.reason
+        if js.opportunistic:
+            self._apply_guest(js, d, now)
+            return
+        self.changes += 1
         match d:
             case Place(gpus=gpus):
                 if js.status is not JobStatus.PENDING:
@@ -546,6 +634,61 @@ class ClusterState:
                 self._enqueue(js)
         if js.gpus:
             self._touch(js.gpus)
+
+    def _apply_guest(self, js: JobState, d: Decision, now: float) -> None:
+        """Commit a decision on a guest: placed, queued, suspended in place, resumed or requeued."""
+        match d:
+            case Place(gpus=gpus):
+                if js.status is not JobStatus.PENDING:
+                    raise StateError(f"job {js.id} is not pending")
+                key = tuple(sorted(gpus))
+                for ref in key:
+                    ns = self.nodes.get(ref[0])
+                    if ns is None or not ns.up or ref[1] >= ns.size:
+                        raise StateError(f"GPU {ref[0]}:{ref[1]} is not available")
+                    if ref in self.guest_on:
+                        raise StateError(f"GPU {ref[0]}:{ref[1]} already has a guest")
+                del self.guest_queue[js.id]
+                for ref in key:
+                    self.guest_on[ref] = js.id
+                over = self.groups_over(key)
+                hosts = self.groups[over[0]] if over == [key] else []
+                js.beside = hosts[0] if len(hosts) == 1 else None
+                self.guests[js.id] = None
+                js.gpus = key
+                self._set(js, JobStatus.RUNNING, now)
+            case Queue():
+                pass
+            case Suspend():
+                self._expect(js, JobStatus.RUNNING)
+                js.bank(now)
+                js.status, js.since = JobStatus.SUSPENDED, now
+            case Resume():
+                self._expect(js, JobStatus.SUSPENDED)
+                self._set(js, JobStatus.RUNNING, now)
+            case Requeue():
+                if js.status is JobStatus.PENDING:
+                    raise StateError(f"job {js.id} is already pending")
+                self._guest_requeue(js, now)
+            case _:
+                raise StateError(
+                    f"job {js.id} is opportunistic: it is placed, suspended, resumed or"
+                    f" requeued, never moved ({type(d).__name__})"
+                )
+
+    def _guest_requeue(self, js: JobState, now: float) -> None:
+        self._guest_leave(js, now)
+        js.status = JobStatus.PENDING
+        js.since = now
+        self._queue_guest(js)
+
+    def _guest_leave(self, js: JobState, now: float) -> None:
+        js.bank(now)
+        for ref in js.gpus:
+            del self.guest_on[ref]
+        del self.guests[js.id]
+        js.gpus = ()
+        js.beside = None
 
     def _touch(self, key: GroupKey) -> None:
         """Note that a group changed, for the time-slice index to catch up lazily."""

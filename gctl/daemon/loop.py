@@ -46,6 +46,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import selectinload
 
 from gctl.config import site_policy
+from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
 from gctl.daemon import dcgm, ends, intents, jobfiles, lease, passes
 from gctl.daemon.health import Heartbeat
@@ -126,7 +127,9 @@ class Daemon:
         self, store: Store, policy: Policy, config: DaemonConfig, metrics: DaemonMetrics
     ) -> None:
         self.store = store
-        self.policy = policy
+        # Guests stay on idle GPUs until the host throttle exists to keep a
+        # production job beside one at speed (TGS' actuator, issue 20).
+        self.policy = WithGuests(policy, Sharing(colocate=False))
         self.config = config
         self.metrics = metrics
         self.epoch: int | None = None

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from gctl.core.decisions import MOVES, Decision, Pack, Resume, Suspend
 from gctl.core.model import Cluster, JobStatus, Observed
-from gctl.core.policy import Policy, Waking
+from gctl.core.opportunistic import Sharing, WithGuests
+from gctl.core.policy import Policy
 from gctl.core.state import ClusterState, GroupKey
 from gctl.sim import perf, profiles
 from gctl.sim.metrics import Counters, JobRecord, Metrics, summarize
@@ -59,6 +60,8 @@ class SimResult:
     unfinished: tuple[str, ...]
     events: int
     wall_seconds: float
+    classes: dict[str, Metrics] = field(default_factory=dict)
+    """Job times by job class (production, opportunistic), when the trace has both."""
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Simulator:
     perf_config: perf.PerfConfig = field(default_factory=perf.PerfConfig)
     tick: float = 60.0
     horizon: float | None = None
+    sharing: Sharing = field(default_factory=Sharing)
 
     def run(
         self, jobs: Sequence[TraceJob], progress: Callable[[int, int], None] | None = None
@@ -78,11 +82,13 @@ class Simulator:
         started = time.perf_counter()
         total = self.cluster.total_gpus
         self.state = ClusterState(self.cluster)
+        self.driven = WithGuests(self.policy, self.sharing)
         self.runs: dict[str, _Run] = {}
         self.counters = Counters()
         self.records: list[JobRecord] = []
         self.heap: list[tuple[float, int, int, str, int]] = []
         self.busy_groups: dict[GroupKey, int] = {}
+        self.busy_guests: dict[str, int] = {}
         self.order = 0
         self.busy = 0
         self.busy_seconds = 0.0
@@ -118,17 +124,21 @@ class Simulator:
             events += 1
             if kind == _ARRIVAL:
                 self.state.submit(self.runs[job_id].job.spec, when)
-                decisions = self.policy.schedule(self.state, when)
+                decisions = self.driven.schedule(self.state, when)
             elif kind == _FINISH:
                 self._finish(job_id, when)
                 done += 1
                 if progress is not None:
                     progress(done, len(accepted))
-                decisions = self.policy.schedule(self.state, when)
+                decisions = self.driven.schedule(self.state, when)
             else:
                 tick_at = None
-                decisions = self.policy.introspect(self.state, when)
+                decisions = self.driven.introspect(self.state, when)
+            samples = self.state.samples
             self._effects(decisions, when)
+            if self.state.guest_queue and self.state.samples != samples:
+                # Jobs just measured may leave room for guests beside them, as on hosts.
+                self._effects(self.driven.guests(self.state, when), when)
             due = self._wake_at(when)
             if due is not None and (tick_at is None or due < tick_at):
                 tick_version += 1
@@ -152,17 +162,24 @@ class Simulator:
             unfinished,
             events,
             time.perf_counter() - started,
+            self._by_class(accepted),
         )
+
+    def _by_class(self, jobs: Sequence[TraceJob]) -> dict[str, Metrics]:
+        """Each job class's times (no counts or utilisation), when there is more than one."""
+        of = {j.spec.id: j.spec.job_class.value for j in jobs}
+        if len(set(of.values())) < 2:
+            return {}
+        split: dict[str, list[JobRecord]] = {}
+        for r in self.records:
+            split.setdefault(of[r.job_id], []).append(r)
+        return {c: summarize(rs, Counters(), 0.0, 0) for c, rs in sorted(split.items())}
 
     # ---- clock and events ---------------------------------------------
 
     def _wake_at(self, now: float) -> float | None:
         """When to tick next: a tick after ``now``, or later when the policy says so."""
-        policy = self.policy
-        if isinstance(policy, Waking):
-            due = policy.wake_at(self.state, now)
-        else:
-            due = now if policy.wants_introspection(self.state) else None
+        due = self.driven.wake_at(self.state, now)
         return None if due is None else max(due, now + self.tick)
 
     def _push(self, when: float, kind: int, job_id: str, version: int = 0) -> None:
@@ -187,7 +204,7 @@ class Simulator:
                 *self.counters.of_job(job_id),
             )
         )
-        self._refresh({run.key: None}, {}, now)
+        self._refresh({run.key: None}, {job_id: None}, now)
 
     # ---- the one place decisions take effect --------------------------
 
@@ -215,24 +232,47 @@ class Simulator:
         self._refresh(keys, touched, now)
 
     def _refresh(self, keys: dict[GroupKey, None], touched: dict[str, None], now: float) -> None:
-        """Recount busy GPUs of the changed groups ``keys`` and re-time their members.
+        """Recount busy GPUs of the changed GPU sets ``keys`` and re-time the jobs on them.
 
-        Every member is re-timed, with the ``touched`` jobs: a job's speed
-        depends on who else runs on its GPUs, and a time-slice turn may hand
-        a runner a new pack partner.
+        Every job on them is re-timed, with the ``touched`` jobs: a job's
+        speed depends on who else runs on its GPUs, and a time-slice turn
+        may hand a runner a new pack partner. A guest's GPUs count as busy
+        where no running production group holds them.
         """
+        state = self.state
+        groups: dict[GroupKey, None] = {}
         for key in keys:
-            if not key:
-                continue
+            if key:
+                groups[key] = None
+                if state.guest_on:
+                    groups.update(dict.fromkeys(state.groups_over(key)))
+                    touched.update(dict.fromkeys(state.guests_over(key)))
+        for key in groups:
             self.busy -= self.busy_groups.pop(key, 0)
-            members = self.state.groups.get(key, ())
-            if any(self.state.jobs[m].status is JobStatus.RUNNING for m in members):
+            members = state.groups.get(key, ())
+            if self._running(key):
                 self.busy_groups[key] = len(key)
                 self.busy += len(key)
             touched.update(dict.fromkeys(members))
+        guests = self.busy_guests or state.guests
         for job_id in touched:
+            if guests and (job_id in self.busy_guests or job_id in state.guests):
+                self.busy -= self.busy_guests.pop(job_id, 0)
+                js = state.jobs.get(job_id)
+                if (
+                    js is not None
+                    and js.status is JobStatus.RUNNING
+                    and not any(self._running(k) for k in state.groups_over(js.gpus))
+                ):
+                    self.busy_guests[job_id] = len(js.gpus)
+                    self.busy += len(js.gpus)
             if job_id in self.runs:
                 self._retime(job_id, now)
+
+    def _running(self, key: GroupKey) -> bool:
+        """Whether a job of the group on ``key`` runs."""
+        jobs = self.state.jobs
+        return any(jobs[m].status is JobStatus.RUNNING for m in self.state.groups.get(key, ()))
 
     def _settle(self, run: _Run, now: float) -> None:
         run.work_left -= run.speed * (now - run.last)

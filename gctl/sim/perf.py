@@ -13,7 +13,10 @@ there and is multiplied by:
 - its packed speed when it shares its GPUs with a concurrently running job
   (measured pair throughputs, :func:`gctl.sim.profiles.packed_speeds`);
 - an elastic factor ``(held / asked) ** elastic_exponent`` when it was grown
-  or shrunk.
+  or shrunk;
+- for a production job with an opportunistic guest on its GPUs, and for
+  that guest, their speeds under TGS rate control
+  (:func:`gctl.sim.sharing.shared`; a guest on idle GPUs runs as any job).
 
 Suspend/resume and migration cost the job the seconds Gandiva measured
 (:func:`gctl.sim.profiles.suspend_resume_cost_s`, ``migration_cost_s``).
@@ -24,11 +27,12 @@ no locality effects, free preemption).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gctl.core.model import JobStatus
 from gctl.core.state import ClusterState, JobState
-from gctl.sim import profiles
+from gctl.core.tgs import RateControl
+from gctl.sim import profiles, sharing
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,8 @@ class PerfConfig:
     overheads: bool = True
     elastic: bool = True
     elastic_exponent: float = 0.8
+    control: RateControl = field(default_factory=RateControl)
+    """The rate controller a guest beside a production job runs under."""
 
     @classmethod
     def plain(cls) -> PerfConfig:
@@ -60,7 +66,27 @@ def speed(state: ClusterState, js: JobState, prof: profiles.ModelProfile, cfg: P
     members = state.groups.get(js.gpus, ())
     if len(members) > 1:
         rate *= _share(state, js, members, cfg)
+    beside = _beside(state, js)
+    if beside is not None:
+        host, guest = (beside, js) if js.opportunistic else (js, beside)
+        both = sharing.shared(host.spec.profile, guest.spec.profile, cfg.control)
+        rate *= both.guest if js.opportunistic else both.production
     return rate
+
+
+def _beside(state: ClusterState, js: JobState) -> JobState | None:
+    """The job running beside ``js`` under rate control: its guest, or its running host."""
+    if js.opportunistic:
+        host = state.host_of(js.id)
+        members = state.groups[host] if host is not None else ()
+        if len(members) == 1 and state.jobs[members[0]].status is JobStatus.RUNNING:
+            return state.jobs[members[0]]
+        return None
+    guest_id = state.guest_on.get(js.gpus[0]) if js.gpus else None
+    if guest_id is None or len(state.groups.get(js.gpus, ())) != 1:
+        return None
+    guest = state.jobs[guest_id]
+    return guest if guest.gpus == js.gpus and guest.status is JobStatus.RUNNING else None
 
 
 def _share(state: ClusterState, js: JobState, members: list[str], cfg: PerfConfig) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gctl.core.model import Cluster
+from gctl.core.model import Cluster, JobClass
 from gctl.core.policy import load_policy
 from gctl.sim import profiles
 from gctl.sim.cluster_spec import parse_cluster
@@ -41,6 +41,7 @@ class SimRequest:
     tick: float = 60.0
     seed: int = 0
     elastic_fraction: float = 0.0
+    opportunistic_fraction: float = 0.0
     virtual_cluster: str | None = None
     limit: int | None = None
     window: tuple[float, float] | None = None
@@ -81,6 +82,7 @@ class SimReport:
                     "unfinished": list(r.unfinished),
                     "events": r.events,
                     "wall_seconds": round(r.wall_seconds, 3),
+                    "classes": {c: m.to_dict() for c, m in r.classes.items()},
                 }
                 for r in self.results
             ],
@@ -88,14 +90,25 @@ class SimReport:
         }
 
 
-def prepare(jobs: Sequence[TraceJob], seed: int, elastic_fraction: float) -> list[TraceJob]:
-    """Give model-less jobs a model from the known mix and make a fraction elastic, seeded.
+def prepare(
+    jobs: Sequence[TraceJob],
+    seed: int,
+    elastic_fraction: float,
+    opportunistic_fraction: float = 0.0,
+) -> list[TraceJob]:
+    """Give model-less jobs a model from the known mix; make fractions elastic and opportunistic.
 
     ``philly.csv`` has no model names; drawing one per job from the models of
     the Philly model traces keeps packing and locality effects heterogeneous.
     Elastic jobs may shrink to 1 GPU and grow to twice their request.
+    Opportunistic jobs are drawn from a stream of their own, so the
+    production jobs are the same as in a run without any (the baseline of
+    ``bench/opportunistic.py``); they declare their model's GPU memory, as a
+    user would with ``--gpu-mem``, so they only join production jobs they fit
+    beside.
     """
     rng = random.Random(seed)
+    guests = random.Random(f"{seed}:opportunistic")
     names = profiles.known_models()
     out: list[TraceJob] = []
     for job in jobs:
@@ -104,6 +117,9 @@ def prepare(jobs: Sequence[TraceJob], seed: int, elastic_fraction: float) -> lis
             spec = replace(spec, profile=rng.choice(names))
         if elastic_fraction > 0 and rng.random() < elastic_fraction:
             spec = replace(spec, elastic_min=1, elastic_max=2 * spec.gpus)
+        if opportunistic_fraction > 0 and guests.random() < opportunistic_fraction:
+            mem = profiles.profile_for(spec.profile).gpu_mem_mb
+            spec = replace(spec, job_class=JobClass.OPPORTUNISTIC, gpu_mem_mb=mem)
         out.append(replace(job, spec=spec) if spec is not job.spec else job)
     return out
 
@@ -121,7 +137,7 @@ def run(request: SimRequest, progress: Progress | None = None) -> SimReport:
         limit=request.limit,
         window=request.window,
     )
-    jobs = prepare(loaded, request.seed, request.elastic_fraction)
+    jobs = prepare(loaded, request.seed, request.elastic_fraction, request.opportunistic_fraction)
     order = {job.spec.id: i for i, job in enumerate(jobs)}
     results = []
     records = []

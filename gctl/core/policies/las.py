@@ -95,7 +95,7 @@ class LasPolicy:
 
     def _queue(self, jobs: list[JobState], rank: las.Ranking) -> None:
         for js in jobs:
-            if js.status is JobStatus.PENDING:
+            if js.status is JobStatus.PENDING and not js.opportunistic:
                 heapq.heappush(self._queues.setdefault(js.spec.gpus, []), (rank(js), js.id))
 
     @staticmethod
