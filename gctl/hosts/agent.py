@@ -27,6 +27,19 @@ and a JSON answer on stdout:
     timeout) the daemon can no longer reach this host and is about to start
     its jobs elsewhere, so it kills this store's containers here. That bounds
     how long a job can run twice when a host is cut off from the daemon.
+``throttle-set``
+    Sets an opportunistic container's rate limit beta (TGS): writes
+    ``throttle.json`` in the throttle's directory (its mtime is the
+    throttle's lease) and starts the throttle unless one runs there.
+``throttle``
+    The throttle itself: duty-cycles the container's cgroup freezer (v1
+    ``freezer.state``, else v2 ``cgroup.freeze``), thawed for ``beta`` of
+    every ``period`` and frozen for the rest, re-reading ``throttle.json``
+    whenever it changes. It thaws the container and exits when the file is
+    removed, when the file is older than its ``lease`` (the daemon stopped
+    setting beta: a container is never left frozen for want of a daemon),
+    or when the container is gone. It shares the freezer with ``docker
+    pause``: the daemon stops a container's throttle before it pauses it.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +63,9 @@ LOG = "watchdog.log"
 LABEL_STORE = "gctl.store"
 POLL_S = 1.0
 """Seconds between the watchdog's looks at its lease."""
+THROTTLE = "throttle.json"
+THROTTLE_LOCK = "throttle.lock"
+THROTTLE_LOG = "throttle.log"
 
 
 def read_reports(dirs: list[str]) -> dict[str, dict[str, Any]]:
@@ -129,15 +146,12 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
 def _watchdog_alive(agent_dir: str) -> bool:
     """Whether a watchdog holds the agent directory's lock."""
     try:
-        fd = os.open(os.path.join(agent_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = _locked(os.path.join(agent_dir, LOCK))
     except OSError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if fd is None:
         return True
-    finally:
-        os.close(fd)  # also releases a lock taken just now
+    os.close(fd)  # releases the lock taken just now
     return False
 
 
@@ -164,22 +178,7 @@ def renew_lease(lease: dict[str, Any]) -> int | None:
     _write_json(os.path.join(agent_dir, LEASE), doc)
     if _watchdog_alive(agent_dir):
         return None
-    script = os.path.join(agent_dir, SCRIPT)
-    with open(script, "wb") as fh:  # this very code, whichever version of gctl sent it
-        fh.write(_own_source())
-    log = os.open(os.path.join(agent_dir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, script, "watchdog", agent_dir],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,  # not in the SSH session: it outlives it
-            close_fds=True,
-        )
-    finally:
-        os.close(log)
-    return proc.pid
+    return _detach(agent_dir, LOG, "watchdog", agent_dir)
 
 
 def observe(request: dict[str, Any]) -> dict[str, Any]:
@@ -270,10 +269,7 @@ def expired(agent_dir: str, at: float) -> dict[str, Any] | None:
 
 def watchdog(agent_dir: str) -> None:
     """The ``watchdog`` mode: kill this store's containers whenever the lease has run out."""
-    fd = os.open(os.path.join(agent_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if _locked(os.path.join(agent_dir, LOCK)) is None:
         return  # another watchdog runs
     while os.path.isdir(agent_dir):
         lease = expired(agent_dir, time.time())
@@ -292,15 +288,140 @@ def watchdog(agent_dir: str) -> None:
         time.sleep(POLL_S)
 
 
+def _locked(path: str) -> int | None:
+    """An open descriptor holding ``path``'s lock, or None when someone else holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _detach(script_dir: str, log_name: str, *args: str) -> int:
+    """Start this very code with ``args`` in a session of its own (it outlives SSH); its pid."""
+    script = os.path.join(script_dir, SCRIPT)
+    with open(script, "wb") as fh:  # whichever version of gctl sent it
+        fh.write(_own_source())
+    log = os.open(os.path.join(script_dir, log_name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, script, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(log)
+    return proc.pid
+
+
+def freezer_of(pid: int) -> tuple[str, str, str]:
+    """The freezer control file of process ``pid``'s cgroup, and its frozen and thawed values.
+
+    cgroup v1's ``freezer.state`` when the freezer hierarchy is mounted,
+    else v2's ``cgroup.freeze``. Raises OSError when neither is there.
+    """
+    with open(f"/proc/{pid}/cgroup", encoding="ascii") as fh:
+        lines = [line.rstrip("\n").split(":", 2) for line in fh]
+    for _, controllers, path in lines:
+        if "freezer" in controllers.split(","):
+            v1 = f"/sys/fs/cgroup/freezer{path}/freezer.state"
+            if os.path.exists(v1):
+                return v1, "FROZEN", "THAWED"
+    for hierarchy, _, path in lines:
+        v2 = f"/sys/fs/cgroup{path}/cgroup.freeze"
+        if hierarchy == "0" and os.path.exists(v2):
+            return v2, "1", "0"
+    raise OSError(f"process {pid}: no cgroup freezer found")
+
+
+def throttle_set(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``throttle-set`` mode: beta for a container; the throttle's pid when one was started."""
+    tdir = str(request["dir"])
+    os.makedirs(tdir, mode=0o700, exist_ok=True)
+    beta = min(max(float(request["beta"]), 0.0), 1.0)
+    doc = {
+        "container": str(request["container"]),
+        "beta": beta,
+        "period": float(request.get("period", 0.1)),
+        "lease": float(request.get("lease", 10.0)),
+        "docker": list(request.get("docker") or ["docker"]),
+    }
+    _write_json(os.path.join(tdir, THROTTLE), doc)
+    fd = _locked(os.path.join(tdir, THROTTLE_LOCK))
+    if fd is None:
+        return {"started": None, "beta": beta}
+    os.close(fd)
+    return {"started": _detach(tdir, THROTTLE_LOG, "throttle", tdir), "beta": beta}
+
+
+def _freeze(path: str, value: str) -> bool:
+    """Write the freezer; False when the cgroup is gone (the container ended)."""
+    try:
+        with open(path, "w", encoding="ascii") as fh:
+            fh.write(value)
+    except OSError:
+        return False
+    return True
+
+
+def throttle(tdir: str) -> None:
+    """The ``throttle`` mode (module docstring)."""
+    if _locked(os.path.join(tdir, THROTTLE_LOCK)) is None:
+        return  # another throttle runs for this container
+    config = os.path.join(tdir, THROTTLE)
+    with open(config, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    out = _docker(list(doc["docker"]), "inspect", "-f", "{{.State.Pid}}", str(doc["container"]))
+    path, frozen, thawed = freezer_of(int(out[0]))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    seen, why = 0.0, "container gone"
+    try:
+        while True:
+            try:
+                mtime = os.stat(config).st_mtime
+                if mtime != seen:
+                    with open(config, encoding="utf-8") as fh:
+                        doc, seen = json.load(fh), mtime
+            except (OSError, ValueError):
+                why = "stopped"
+                break
+            if time.time() - mtime > float(doc["lease"]):
+                why = "lease expired"
+                break
+            period, beta = float(doc["period"]), float(doc["beta"])
+            if beta > 0:
+                if not _freeze(path, thawed):
+                    break
+                time.sleep(beta * period)
+            if beta < 1:
+                if not _freeze(path, frozen):
+                    break
+                time.sleep((1 - beta) * period)
+    finally:
+        _freeze(path, thawed)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        print(f"{stamp} throttle of {doc['container'][:12]} ended ({why}): thawed", flush=True)
+
+
 def main(argv: list[str]) -> int:
-    """Run one mode; ``observe``, ``prepare`` and ``standdown`` read JSON on stdin."""
+    """Run one mode; all but ``watchdog`` and ``throttle`` read a JSON request on stdin."""
     mode = argv[1] if len(argv) > 1 else ""
-    if mode == "watchdog" and len(argv) == 3:
-        watchdog(argv[2])
+    if mode in ("watchdog", "throttle") and len(argv) == 3:
+        (watchdog if mode == "watchdog" else throttle)(argv[2])
         return 0
-    modes = {"observe": observe, "prepare": prepare, "standdown": standdown}
+    modes = {
+        "observe": observe,
+        "prepare": prepare,
+        "standdown": standdown,
+        "throttle-set": throttle_set,
+    }
     if mode not in modes:
-        print(f"usage: {argv[0]} observe|prepare|standdown < request.json", file=sys.stderr)
+        print(f"usage: {argv[0]} {'|'.join(modes)} < request.json", file=sys.stderr)
         return 2
     json.dump(modes[mode](json.load(sys.stdin)), sys.stdout)
     return 0

@@ -1,0 +1,133 @@
+"""The agent's throttle on a real container of a test host's engine: duty cycle and lease.
+
+The agent runs here as the host's ``python3`` runs it, its ``docker``
+pointed at test host h1's engine; the container counts short sleeps into a
+file of a bind-mounted directory, so its progress rate is the fraction of
+time its cgroup is thawed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gctl.hosts import agent
+
+COUNTER = """
+import os, time
+n, last = 0, time.time()
+while True:
+    time.sleep(0.002)
+    n += 1
+    if time.time() - last > 0.05:
+        with open('/out/n.tmp', 'w') as fh:
+            fh.write(str(n))
+        os.replace('/out/n.tmp', '/out/n')
+        last = time.time()
+"""
+
+
+@pytest.fixture
+def counter(hosts: dict[str, Any], tmp_path: Path) -> Iterator[tuple[list[str], str, Path]]:
+    """A counting container on h1: the docker argv reaching h1's engine, its id, its out dir."""
+    h1 = next(h for h in hosts["hosts"] if h["name"] == "h1")
+    docker = ["docker", "-H", h1["docker_host"]]
+    out = tmp_path / "out"
+    out.mkdir()
+    run = [*docker, "run", "-d", "--label", "gctl.test=throttle", "-v", f"{out}:/out"]
+    cid = subprocess.run(
+        [*run, "gctl-test/train:1", "python3", "-c", COUNTER],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "n").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield docker, cid, out
+    finally:
+        subprocess.run([*docker, "rm", "-f", cid], capture_output=True, check=False)
+
+
+def _set(tdir: Path, docker: list[str], cid: str, beta: float, lease: float) -> dict[str, Any]:
+    request = {"dir": str(tdir), "container": cid, "beta": beta, "lease": lease, "docker": docker}
+    done = subprocess.run(
+        [sys.executable, agent.__file__, "throttle-set"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    doc = json.loads(done.stdout)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _rate(out: Path, seconds: float = 2.0) -> float:
+    """Counts a second over ``seconds``."""
+    first = int((out / "n").read_text())
+    time.sleep(seconds)
+    return (int((out / "n").read_text()) - first) / seconds
+
+
+def _throttle_alive(tdir: Path) -> bool:
+    fd = os.open(tdir / agent.THROTTLE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_the_throttle_runs_a_container_for_beta_of_the_time_and_thaws_it_when_its_lease_ends(
+    counter: tuple[list[str], str, Path], tmp_path: Path
+) -> None:
+    docker, cid, out = counter
+    tdir = tmp_path / "throttle"
+    free = _rate(out)
+    assert free > 50
+    started = _set(tdir, docker, cid, 0.3, lease=60.0)
+    assert started["started"] is not None and started["beta"] == 0.3
+    time.sleep(0.5)
+    throttled = _rate(out)
+    assert 0.15 * free <= throttled <= 0.45 * free, (free, throttled)
+    again = _set(tdir, docker, cid, 0.0, lease=2.0)  # a change is picked up by the same throttle
+    assert again["started"] is None
+    time.sleep(0.5)
+    assert _rate(out, 1.0) <= 0.05 * free  # held
+    # The daemon stops renewing (killed): the lease runs out, the container is thawed.
+    deadline = time.monotonic() + 10
+    while _throttle_alive(tdir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _throttle_alive(tdir)
+    assert _rate(out, 1.0) >= 0.7 * free
+    assert "lease expired" in (tdir / agent.THROTTLE_LOG).read_text()
+
+
+def test_removing_the_setting_stops_the_throttle_and_leaves_the_container_running(
+    counter: tuple[list[str], str, Path], tmp_path: Path
+) -> None:
+    docker, cid, out = counter
+    tdir = tmp_path / "throttle"
+    free = _rate(out, 1.0)
+    _set(tdir, docker, cid, 0.0, lease=60.0)
+    time.sleep(0.5)
+    assert _rate(out, 1.0) <= 0.05 * free
+    (tdir / agent.THROTTLE).unlink()
+    time.sleep(0.5)
+    assert not _throttle_alive(tdir)
+    assert _rate(out, 1.0) >= 0.7 * free
+    assert "(stopped): thawed" in (tdir / agent.THROTTLE_LOG).read_text()
