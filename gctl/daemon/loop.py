@@ -36,10 +36,11 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -48,6 +49,7 @@ from sqlalchemy.orm import selectinload
 from gctl.config import site_policy
 from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
+from gctl.core.tgs import RateControl
 from gctl.daemon import dcgm, ends, intents, jobfiles, lease, passes
 from gctl.daemon.health import Heartbeat
 from gctl.daemon.inflight import Inflight, Work
@@ -55,7 +57,9 @@ from gctl.daemon.jobfiles import mirror_dir
 from gctl.daemon.metrics import DaemonMetrics
 from gctl.daemon.reconcile import reconcile
 from gctl.daemon.site import DEFAULT_GRACE, Site
+from gctl.daemon.throttles import Pair, Throttles
 from gctl.daemon.watch import JobHere, Watch
+from gctl.hosts.engine import container_name
 from gctl.hosts.ssh import Pool
 from gctl.services import hostops
 from gctl.services.db import Store
@@ -66,6 +70,8 @@ from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, NodeRow,
 
 log = logging.getLogger("gctl.daemon")
 
+Held = tuple[int, int, str, str, str, Any, int]
+"""A job on GPUs, per GPU: id, attempt, node, class, state, operation, GPU id."""
 Arrivals = tuple[int | None, int | None]
 """The newest job id and intent id in the store."""
 
@@ -94,11 +100,18 @@ class DaemonConfig:
     """Seconds an observation of a node may take before the node is not responding."""
     health_every: float = HEALTH_EVERY
     """Seconds between checks that the store is still the one opened, and sound."""
+    control_every: float = 1.0
+    """Seconds between two rate-control steps of an opportunistic job beside a production job."""
+    colocate: bool = True
+    """Whether opportunistic jobs may run beside production jobs, throttled (else idle only)."""
+    rate_control: RateControl | None = field(default_factory=RateControl)
+    """The TGS controller's options for opportunistic jobs beside production jobs; None runs
+    them unthrottled (only to measure what the control is worth)."""
 
     def __post_init__(self) -> None:
         """Reject periods no loop can keep."""
         periods = ("tick", "introspect_every", "heartbeat_every", "reconcile_every", "lease")
-        for name in (*periods, "node_timeout", "grace", "health_every"):
+        for name in (*periods, "node_timeout", "grace", "health_every", "control_every"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a number above 0")
@@ -127,9 +140,7 @@ class Daemon:
         self, store: Store, policy: Policy, config: DaemonConfig, metrics: DaemonMetrics
     ) -> None:
         self.store = store
-        # Guests stay on idle GPUs until the host throttle exists to keep a
-        # production job beside one at speed (TGS' actuator, issue 20).
-        self.policy = WithGuests(policy, Sharing(colocate=False))
+        self.policy = WithGuests(policy, Sharing(colocate=config.colocate))
         self.config = config
         self.metrics = metrics
         self.epoch: int | None = None
@@ -172,6 +183,7 @@ class Daemon:
             heartbeat_every=cfg.heartbeat_every,
             answer_within=cfg.deadline,
             lease_timeout=cfg.node_timeout,
+            control_every=cfg.control_every,
         )
         loop = _Loop(self, site, watch, inflight)
         checked = time.monotonic()
@@ -226,14 +238,21 @@ class _Loop:
         }
         self._dcgm: Work | None = None
         self._nodes: dict[str, NodeRow] = {}
+        lease_s = max(5.0, 5 * self.cfg.control_every)
+        control = self.cfg.rate_control
+        self.throttles = Throttles(control, lease=lease_s) if control is not None else None
 
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
         cfg, at, site, watch = self.cfg, now(), self.site, self.watch
         nodes, jobs = self._nodes_and_jobs()
         self._nodes = nodes
-        watch.look(nodes, jobs)
+        watch.look(nodes, jobs, self.throttles)
         seen = watch.collect()
+        throttles = self.throttles
+        if throttles is not None:
+            throttles.feed(seen)
+            _step("throttle", lambda: throttles.record(site.store))
         overdue = watch.overdue()
         _step("heartbeat", lambda: self.heartbeat.record(site, seen, overdue, at))
         if any(o.full and o.error is None for o in seen):
@@ -272,25 +291,70 @@ class _Loop:
             )
 
     def _nodes_and_jobs(self) -> tuple[dict[str, NodeRow], dict[str, list[JobHere]]]:
-        """Every node (GPUs loaded), and the jobs holding GPUs on each."""
+        """Every node (GPUs loaded), and the jobs holding GPUs on each; the pairs updated."""
         with transaction(self.site.store.engine, write=False) as s:
             query = select(NodeRow).options(selectinload(NodeRow.gpus))
             nodes = {r.name: r for r in s.scalars(query)}
-            held = s.execute(
-                select(JobRow.id, JobRow.attempt, NodeRow.name)
-                .join(AllocationRow, AllocationRow.job_id == JobRow.id)
-                .join(GpuRow, GpuRow.id == AllocationRow.gpu_id)
-                .join(NodeRow, NodeRow.id == GpuRow.node_id)
-                .where(JobRow.state.in_(sorted(ON_GPUS)))
-                .distinct()
-            ).all()
+            held: list[Held] = [
+                (r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+                for r in s.execute(
+                    select(
+                        JobRow.id,
+                        JobRow.attempt,
+                        NodeRow.name,
+                        JobRow.job_class,
+                        JobRow.state,
+                        JobRow.op,
+                        AllocationRow.gpu_id,
+                    )
+                    .join(AllocationRow, AllocationRow.job_id == JobRow.id)
+                    .join(GpuRow, GpuRow.id == AllocationRow.gpu_id)
+                    .join(NodeRow, NodeRow.id == GpuRow.node_id)
+                    .where(JobRow.state.in_(sorted(ON_GPUS)))
+                )
+            ]
         home: dict[int, str] = {}
-        for job_id, _, node in held:
+        gpus: dict[int, set[int]] = defaultdict(set)
+        for job_id, _, node, _, _, _, gpu in held:
             home[job_id] = min(node, home.get(job_id, node))
+            gpus[job_id].add(gpu)
         jobs: dict[str, list[JobHere]] = defaultdict(list)
-        for job_id, attempt, node in held:
+        for job_id, attempt, node in dict.fromkeys((j, a, n) for j, a, n, *_ in held):
             jobs[node].append(JobHere(job_id, attempt, home[job_id] == node))
+        if self.throttles is not None:
+            self.throttles.update(self._pairs(nodes, held, home, gpus))
         return nodes, jobs
+
+    def _pairs(
+        self,
+        nodes: dict[str, NodeRow],
+        held: Sequence[Held],
+        home: dict[int, str],
+        gpus: dict[int, set[int]],
+    ) -> list[Pair]:
+        """Opportunistic jobs running on exactly the GPUs of one production job running alone."""
+        running = {
+            j: (a, cls) for j, a, _, cls, st, op, _ in held if st == "RUNNING" and op is None
+        }
+        holders: dict[int, list[int]] = defaultdict(list)
+        for job_id, *_, gpu in held:
+            holders[gpu].append(job_id)
+        sid = self.site.store_id
+        out: list[Pair] = []
+        for guest, (attempt, cls) in running.items():
+            if cls != "opportunistic":
+                continue
+            others = {j for g in gpus[guest] for j in holders[g] if j != guest}
+            if len(others) != 1:
+                continue
+            host = next(iter(others))
+            if host not in running or gpus[host] != gpus[guest]:
+                continue
+            node = nodes[home[guest]]
+            tdir = f"{hostops.store_dir(node, sid)}/throttles/{guest}"
+            name = container_name(sid, guest, attempt)
+            out.append(Pair(guest, attempt, host, node.name, name, tdir))
+        return out
 
     def stand_down(self) -> None:
         """Tell the answering nodes' watchdogs that the daemon stops on purpose (best effort).

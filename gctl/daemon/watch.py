@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gctl.daemon import jobfiles
 from gctl.daemon.inflight import Inflight
@@ -36,6 +36,9 @@ from gctl.hosts.ssh import HostError
 from gctl.services import hostops, telemetry
 from gctl.services.telemetry import NodeSample
 from gctl.store.models import NodeRow, now
+
+if TYPE_CHECKING:
+    from gctl.daemon.throttles import Throttles
 
 OBSERVERS = 32
 """Threads observing nodes at once."""
@@ -94,8 +97,13 @@ def observe(
     lease_timeout: float,
     began: float,
     seq: int,
+    throttles: list[dict[str, Any]] | None = None,
 ) -> Observation:
-    """Look at one node (module docstring); a failure is the observation's ``error``."""
+    """Look at one node (module docstring); a failure is the observation's ``error``.
+
+    A full look also hands the node's agent ``throttles``, the throttle
+    settings of its opportunistic jobs (:mod:`gctl.daemon.throttles`).
+    """
     try:
         containers = site.engine(row).owned()
         current = {j.job_id: j for j in jobs}
@@ -116,6 +124,8 @@ def observe(
                 "dirs": list(dirs.values()),
                 "docker": hostops.docker_argv(row),
             }
+            if full and throttles:
+                request["throttles"] = throttles
             if full:
                 request["lease"] = {
                     "dir": hostops.agent_dir(row, site.store_id),
@@ -171,7 +181,8 @@ class Watch:
 
     ``heartbeat_every`` is how often a node gets a full observation,
     ``answer_within`` the deadline of any observation, ``lease_timeout`` the
-    watchdogs' (the daemon's node timeout).
+    watchdogs' (the daemon's node timeout), ``control_every`` how often a
+    node whose opportunistic jobs are under rate control gets one.
     """
 
     def __init__(
@@ -182,8 +193,11 @@ class Watch:
         heartbeat_every: float,
         answer_within: float,
         lease_timeout: float,
+        control_every: float = 1.0,
     ) -> None:
         self.site = site
+        self.control_every = control_every
+        self._last_full: dict[str, float] = {}
         self.inflight = inflight
         self.heartbeat_every = heartbeat_every
         self.answer_within = answer_within
@@ -218,8 +232,18 @@ class Watch:
         self._never_seen -= set(self.latest) | self.not_responding
         return bool(self._never_seen) and time.monotonic() - self._since < self.answer_within
 
-    def look(self, nodes: Mapping[str, NodeRow], jobs: Mapping[str, list[JobHere]]) -> None:
-        """Start an observation of every node that is due one and has none running."""
+    def look(
+        self,
+        nodes: Mapping[str, NodeRow],
+        jobs: Mapping[str, list[JobHere]],
+        throttles: Throttles | None = None,
+    ) -> None:
+        """Start an observation of every node that is due one and has none running.
+
+        Nodes with opportunistic jobs under rate control get a full look every
+        ``control_every`` seconds, carrying their throttle settings.
+        """
+        fast = throttles.fast() if throttles is not None else set()
         mono = time.monotonic()
         if self._never_seen is None:
             self._never_seen = set(nodes)
@@ -236,6 +260,8 @@ class Watch:
             if name in self._running:
                 continue
             full = mono >= self._next_full.get(name, 0.0)
+            if name in fast and name not in self._failures:
+                full = full or mono >= self._last_full.get(name, 0.0) + self.control_every
             here = jobs.get(name, [])
             if not full and (not here or name in self._failures):
                 continue
@@ -243,6 +269,10 @@ class Watch:
                 failed = self._failures.get(name, 0)
                 wait = min(MAX_RETRY, self.heartbeat_every * 2 ** max(0, failed - 1))
                 self._next_full[name] = mono + (wait if failed else self.heartbeat_every)
+                self._last_full[name] = mono
+            settings = None
+            if full and throttles is not None and name in fast:
+                settings = throttles.requests(name, hostops.docker_argv(row))
             future = self._pool.submit(
                 observe,
                 self.site,
@@ -252,6 +282,7 @@ class Watch:
                 lease_timeout=self.lease_timeout,
                 began=now(),
                 seq=self.inflight.seq(name),
+                throttles=settings,
             )
             self._running[name] = _Running(future, mono)
 

@@ -38,8 +38,13 @@ and a JSON answer on stdout:
     whenever it changes. It thaws the container and exits when the file is
     removed, when the file is older than its ``lease`` (the daemon stopped
     setting beta: a container is never left frozen for want of a daemon),
-    or when the container is gone. It shares the freezer with ``docker
+    when the container is gone, or when its main process has a signal
+    pending (a stop or a checkpoint asked of a frozen job: the job gets it at
+    once, never after a frozen stretch). It shares the freezer with ``docker
     pause``: the daemon stops a container's throttle before it pauses it.
+``observe`` also carries the throttle settings of the node's opportunistic
+jobs (``throttles``: ``throttle-set`` requests, or ``{"dir", "stop": true}``
+to remove one), so that a control step costs no extra round trip.
 """
 
 from __future__ import annotations
@@ -187,12 +192,23 @@ def observe(request: dict[str, Any]) -> dict[str, Any]:
     started = None
     if request.get("lease"):
         started = renew_lease(request["lease"])
+    throttles: dict[str, Any] = {}
+    for setting in request.get("throttles") or []:
+        tdir = str(setting["dir"])
+        try:
+            if setting.get("stop"):
+                throttles[tdir] = throttle_stop(tdir)
+            else:
+                throttles[tdir] = throttle_set(setting)
+        except (OSError, ValueError, KeyError) as exc:
+            throttles[tdir] = {"error": str(exc)}
     booted = boot_time()
     return {
         "reports": read_reports(list(request.get("dirs") or [])),
         "boot_time": booted,
         "engine_start": engine_start(docker, booted),
         "watchdog_started": started,
+        "throttles": throttles,
     }
 
 
@@ -359,6 +375,25 @@ def throttle_set(request: dict[str, Any]) -> dict[str, Any]:
     return {"started": _detach(tdir, THROTTLE_LOG, "throttle", tdir), "beta": beta}
 
 
+def throttle_stop(tdir: str) -> dict[str, Any]:
+    """Remove a throttle's setting: it thaws its container and exits within a period."""
+    try:
+        os.unlink(os.path.join(tdir, THROTTLE))
+    except FileNotFoundError:
+        return {"stopped": False}
+    return {"stopped": True}
+
+
+def _signalled(pid: int) -> bool | None:
+    """Whether process ``pid`` has a signal pending; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    except OSError:
+        return None
+    return any(int(fields.get(k, "0").strip(), 16) for k in ("SigPnd", "ShdPnd"))
+
+
 def _freeze(path: str, value: str) -> bool:
     """Write the freezer; False when the cgroup is gone (the container ended)."""
     try:
@@ -377,11 +412,18 @@ def throttle(tdir: str) -> None:
     with open(config, encoding="utf-8") as fh:
         doc = json.load(fh)
     out = _docker(list(doc["docker"]), "inspect", "-f", "{{.State.Pid}}", str(doc["container"]))
-    path, frozen, thawed = freezer_of(int(out[0]))
+    pid = int(out[0])
+    path, frozen, thawed = freezer_of(pid)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     seen, why = 0.0, "container gone"
     try:
         while True:
+            pending = _signalled(pid)
+            if pending is None:
+                break
+            if pending:
+                why = "a signal is pending for the job"
+                break
             try:
                 mtime = os.stat(config).st_mtime
                 if mtime != seen:

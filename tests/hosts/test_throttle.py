@@ -23,7 +23,8 @@ import pytest
 from gctl.hosts import agent
 
 COUNTER = """
-import os, time
+import os, signal, time
+signal.signal(signal.SIGUSR1, lambda *_: None)
 n, last = 0, time.time()
 while True:
     time.sleep(0.002)
@@ -131,3 +132,20 @@ def test_removing_the_setting_stops_the_throttle_and_leaves_the_container_runnin
     assert not _throttle_alive(tdir)
     assert _rate(out, 1.0) >= 0.7 * free
     assert "(stopped): thawed" in (tdir / agent.THROTTLE_LOG).read_text()
+
+
+def test_a_signal_for_a_held_job_thaws_it_at_once(
+    counter: tuple[list[str], str, Path], tmp_path: Path
+) -> None:
+    """A checkpoint or stop asked of a frozen job (a signal) is never kept waiting."""
+    docker, cid, out = counter
+    tdir = tmp_path / "throttle"
+    free = _rate(out, 1.0)
+    _set(tdir, docker, cid, 0.0, lease=60.0)
+    time.sleep(0.5)
+    assert _rate(out, 1.0) <= 0.05 * free
+    subprocess.run([*docker, "kill", "-s", "USR1", cid], capture_output=True, check=True)
+    time.sleep(0.5)
+    assert not _throttle_alive(tdir)
+    assert _rate(out, 1.0) >= 0.7 * free
+    assert "a signal is pending for the job" in (tdir / agent.THROTTLE_LOG).read_text()
