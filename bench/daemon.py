@@ -27,6 +27,15 @@ throughout, so none of these are real-GPU figures:
   starts the production job on the GPU it gave back. Each round waits for
   the production job to end and the evicted job to run again. Target: p99
   at most 2 s (issue 20).
+- ``tgs``: TGS rate control on one emulated GPU of h1: a production job
+  computing half of each 0.1 s step (``--gpu-busy 0.5``), and an
+  opportunistic one that would compute all the time (``--gpu-busy 1.0``),
+  placed beside it. The production job's step rate alone (R), beside the
+  opportunistic job without control (the daemon's ``rate_control=None``),
+  and with control (default options); the opportunistic job's share of the
+  GPU in both; how long after it started the controller left slow start.
+  Targets: production at least 95 % of R, the opportunistic job at least
+  half of the GPU time production leaves idle, settled within 60 s.
 - ``reactive``: one reactive pass (:func:`gctl.daemon.passes.reactive_pass`)
   over ``--nodes`` nodes of 8 emulated GPUs (default 1,000) and
   ``--pending`` pending 1-GPU jobs (default 10,000) in a SQLite store; host
@@ -39,7 +48,7 @@ The host parts start the test hosts with ``scripts/testhosts.sh start 2``
 and stop them at the end (hosts that were already running are left running);
 they need root, and must not run beside the host tests (both use hosts h1 and
 h2, and each removes every job container there when done). Run:
-``.venv/bin/python bench/daemon.py [--part submit|switch|evict|reactive|all]``
+``.venv/bin/python bench/daemon.py [--part submit|switch|evict|tgs|reactive|all]``
 """
 
 from __future__ import annotations
@@ -76,6 +85,7 @@ from storekit import bulk_nodes  # noqa: E402
 from gctl.core.decisions import Decision, Place, Queue  # noqa: E402
 from gctl.core.policy import Policy, load_policy  # noqa: E402
 from gctl.core.state import ClusterState  # noqa: E402
+from gctl.core.tgs import RateControl  # noqa: E402
 from gctl.daemon import passes  # noqa: E402
 from gctl.daemon.apply import Applied, Applier  # noqa: E402
 from gctl.daemon.inflight import Inflight  # noqa: E402
@@ -88,6 +98,7 @@ from gctl.store.engine import transaction  # noqa: E402
 from gctl.store.identity import store_id  # noqa: E402
 from gctl.store.models import (  # noqa: E402
     AllocationRow,
+    EventRow,
     GpuRow,
     IntentRow,
     JobRow,
@@ -367,6 +378,79 @@ def bench_evict(info: dict[str, Any], args: argparse.Namespace, tmp: Path) -> No
         f" p99 {_q(took, 0.99):.2f} s, max {max(took):.2f} s"
         f" (target p99 <= 2 s: {'met' if _q(took, 0.99) <= 2 else 'MISSED'});"
         f" {len(requeues)} evictions (requeue at a checkpoint)"
+    )
+
+
+def _step_rate(info: dict[str, Any], store: db.Store, job_id: int, seconds: float) -> float:
+    """The job's steps a second over ``seconds``, from its progress reports on h1."""
+
+    def step() -> int:
+        text = job_file(info, store, "h1", job_id, "progress.json")
+        return int(json.loads(text)["step"]) if text else 0
+
+    first, began = step(), time.monotonic()
+    time.sleep(seconds)
+    return (step() - first) / (time.monotonic() - began)
+
+
+def _tgs_round(
+    info: dict[str, Any], tmp: Path, name: str, control: RateControl | None, measure: float
+) -> tuple[float, float, float, float | None]:
+    """R alone, production beside the guest, the guest's GPU share, seconds to AIMD."""
+    store = _host_store(info, tmp / f"tgs-{name}.db", "1xV100-16GB")
+    nodes.set_admin_state(store, "h2", "drain", "only h1 in this bench")
+    busy = ("--steps", "100000", "--step-time", "0.1", "--gpu-busy")
+    prod = jobs.submit(
+        store,
+        [specs.build(image=IMAGE, command=[*TRAIN, *busy, "0.5"], gpus=1,
+                     env=["GCTL_EMULATED_UTIL=50"])],
+    )[0]  # fmt: skip
+    config = {"tick": 0.3, "heartbeat_every": 0.5, "state_dir": tmp / f"tgs-{name}-state"}
+    try:
+        with _daemon(store, _Recorded(store), rate_control=control, **config):
+            _wait("production reporting", lambda: _job(store, prod).mechanism == "checkpoint", 60)
+            time.sleep(2.0)
+            alone = _step_rate(info, store, prod, measure)
+            guest = jobs.submit(
+                store,
+                [specs.build(image=IMAGE, command=[*TRAIN, *busy, "1.0"], gpus=1,
+                             env=["GCTL_EMULATED_UTIL=100"], job_class="opportunistic")],
+            )[0]  # fmt: skip
+            _wait("the guest running", lambda: _job(store, guest).state == "RUNNING", 60)
+            ran = time.time()
+            time.sleep(45.0 if control is not None else 10.0)
+            beside = _step_rate(info, store, prod, measure)
+            share = _step_rate(info, store, guest, measure) * 0.1
+            with transaction(store.engine, write=False) as s:
+                rows = s.execute(
+                    select(EventRow.at, EventRow.data).where(
+                        EventRow.job_id == guest, EventRow.kind == "job.throttle"
+                    )
+                ).all()
+            aimd = [at for at, data in rows if data.get("phase") == "aimd"]
+    finally:
+        _remove_job_containers()
+    return alone, beside, share, (min(aimd) - ran) if aimd else None
+
+
+def bench_tgs(info: dict[str, Any], args: argparse.Namespace, tmp: Path) -> None:
+    """Production beside an opportunistic job on one emulated GPU, without and with control."""
+    m = args.measure
+    alone, free, free_share, _ = _tgs_round(info, tmp, "none", None, m)
+    alone2, held, held_share, settled = _tgs_round(info, tmp, "tgs", RateControl(), m)
+    idle = 0.5  # production computes half of each step
+    print(f"TGS on one {EMULATED[:-1]} of h1 (production --gpu-busy 0.5, guest --gpu-busy 1.0):")
+    print(
+        f"  no control: production {free:.2f} steps/s = {free / alone:.1%} of R ({alone:.2f});"
+        f" the guest got {free_share:.1%} of the GPU"
+    )
+    met = held >= 0.95 * alone2 and held_share >= 0.5 * idle and settled is not None
+    print(
+        f"  with control: production {held:.2f} steps/s = {held / alone2:.1%} of R ({alone2:.2f});"
+        f" the guest got {held_share:.1%} of the GPU ({held_share / idle:.0%} of what production"
+        f" leaves idle); slow start over {settled if settled is None else round(settled)} s"
+        f" after the guest started (targets >= 95 %, >= 50 %, <= 60 s:"
+        f" {'met' if met and settled is not None and settled <= 60 else 'MISSED'})"
     )
 
 
@@ -671,9 +755,10 @@ def bench_reactive(args: argparse.Namespace, tmp: Path) -> None:
 def main() -> None:
     """Parse the options and run the chosen parts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts = ("submit", "switch", "evict", "reactive", "all")
+    parts = ("submit", "switch", "evict", "tgs", "reactive", "all")
     parser.add_argument("--part", choices=parts, default="all")
     parser.add_argument("--evictions", type=int, default=20, help="evict: rounds")
+    parser.add_argument("--measure", type=float, default=15.0, help="tgs: seconds per rate")
     parser.add_argument("--tick", type=float, default=0.2, help="daemon tick, seconds")
     parser.add_argument("--jobs", type=int, default=100, help="submit: jobs submitted")
     parser.add_argument("--interval", type=float, default=0.05, help="submit: seconds apart")
@@ -686,7 +771,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        if args.part in ("submit", "switch", "evict", "all"):
+        if args.part in ("submit", "switch", "evict", "tgs", "all"):
             already = _hosts_up()
             info = testhosts.start(2)
             try:
@@ -696,6 +781,8 @@ def main() -> None:
                     bench_switch(info, args, tmp)
                 if args.part in ("evict", "all"):
                     bench_evict(info, args, tmp)
+                if args.part in ("tgs", "all"):
+                    bench_tgs(info, args, tmp)
             finally:
                 if not already:
                     testhosts.stop()
