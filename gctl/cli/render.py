@@ -524,6 +524,14 @@ def _progress(p: dict[str, Any]) -> str:
     return f"Progress={rate} {gpu}{' (emulated)' if p['emulated'] else ''} At={_when(p['at'])}"
 
 
+def _throttle(t: dict[str, Any]) -> str:
+    """``show job``'s line on an opportunistic job's rate control (TGS), as last recorded."""
+    ref, rate = t.get("reference"), t.get("rate")
+    kept = f" ({rate / ref:.0%})" if ref and rate is not None else ""
+    speeds = f" ProductionRate={rate:.3g} R={ref:.3g}{kept}" if ref and rate is not None else ""
+    return f"Throttle=beta {t['beta']:.3f} ({t['phase']}) BesideJob={t['host']}{speeds}"
+
+
 def job_detail(d: JobDetail) -> None:
     """``gctl show job``: scontrol-style key=value lines, then history."""
     v = d.view
@@ -537,6 +545,8 @@ def job_detail(d: JobDetail) -> None:
     message(f"   Attempt={rt['attempt']} Restarts={rt['restarts']}")
     if rt["progress"]:
         message(f"   {_progress(rt['progress'])}")
+    if rt.get("throttle"):
+        message(f"   {_throttle(rt['throttle'])}")
     if rt["operation"]:
         op = rt["operation"]
         message(f"   Operation={op['kind']} in progress: {op['reason']}")

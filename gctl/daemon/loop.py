@@ -253,6 +253,7 @@ class _Loop:
         if throttles is not None:
             throttles.feed(seen)
             _step("throttle", lambda: throttles.record(site.store))
+            self.daemon.metrics.throttled(throttles.gauges())
         overdue = watch.overdue()
         _step("heartbeat", lambda: self.heartbeat.record(site, seen, overdue, at))
         if any(o.full and o.error is None for o in seen):

@@ -4,7 +4,9 @@ Each scrape reads the store once, in one read transaction, so every number
 in it comes from the same moment: nodes by state and each node's height
 (exactly as ``gctl node ls`` shows them), GPUs in all, held by a job and
 held by more than one, and jobs by state. The daemon adds its own counts as
-it goes: decisions by kind and how long each took. When the store cannot be
+it goes: decisions by kind and how long each took, and for each
+opportunistic job beside a production job its rate limit (beta) and the
+production job's slowdown against its rate alone. When the store cannot be
 read, the scrape still answers, with ``gctl_store_up 0`` and nothing else
 from the store.
 """
@@ -12,11 +14,11 @@ from the store.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import start_http_server
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -118,10 +120,37 @@ class DaemonMetrics:
             registry=self.registry,
         )
 
+        pair = ["job", "production_job", "node"]
+        self._beta = Gauge(
+            "gctl_opportunistic_beta",
+            "Fraction of time an opportunistic job beside a production job may run (TGS)",
+            pair,
+            registry=self.registry,
+        )
+        self._slowdown = Gauge(
+            "gctl_production_slowdown",
+            "1 - a production job's last rate beside an opportunistic job / its rate alone (R)",
+            pair,
+            registry=self.registry,
+        )
+
     def decided(self, kind: str, seconds: float) -> None:
         """Count one decision of ``kind`` that took ``seconds``."""
         self._decisions.labels(kind=kind).inc()
         self._latency.observe(seconds)
+
+    def throttled(self, pairs: Iterable[tuple[int, int, str, float, float | None]]) -> None:
+        """The rate control of each pair now: ``(job, production job, node, beta, slowdown)``.
+
+        Pairs that ended are dropped; a slowdown is None until R is measured.
+        """
+        self._beta.clear()
+        self._slowdown.clear()
+        for job, host, node, beta, slowdown in pairs:
+            labels = (str(job), str(host), node)
+            self._beta.labels(*labels).set(beta)
+            if slowdown is not None:
+                self._slowdown.labels(*labels).set(slowdown)
 
 
 @dataclass(frozen=True, slots=True)

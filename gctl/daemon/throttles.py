@@ -149,6 +149,16 @@ class Throttles:
                 )
         return len(notes)
 
+    def gauges(self) -> list[tuple[int, int, str, float, float | None]]:
+        """``(job, production job, node, beta, slowdown)`` of every pair, for ``/metrics``."""
+        out: list[tuple[int, int, str, float, float | None]] = []
+        for guest, pair in self.pairs.items():
+            state = self.states[guest]
+            ref, rate = state.reference, state.rate
+            slowdown = 1 - rate / ref if ref and rate is not None else None
+            out.append((guest, pair.host, pair.node, state.beta, slowdown))
+        return out
+
     def summary(self, state: RateState) -> str:
         """What the controller does now, in words: held while R is profiled, or beta and speed."""
         if state.reference is None or state.rate is None:

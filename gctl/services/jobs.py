@@ -208,6 +208,12 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             .order_by(ProfileRow.id.desc())
             .limit(1)
         ).first()
+        throttle = s.scalar(
+            select(EventRow.data)
+            .where(EventRow.job_id == job_id, EventRow.kind == "job.throttle")
+            .order_by(EventRow.id.desc())
+            .limit(1)
+        )
         nodes = tuple(dict.fromkeys(n for n, _, _, _ in allocs))
         emulated = any(e for _, _, _, e in allocs)
         return JobDetail(
@@ -236,6 +242,11 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 # A sample describes the job's current run: none once it left its GPUs.
                 "progress": _progress(*sample, row.mechanism, emulated)
                 if sample is not None and allocs
+                else None,
+                # The rate control of an opportunistic job beside a production job, as last
+                # recorded (significant changes only); none once it left those GPUs.
+                "throttle": dict(throttle)
+                if throttle and row.state == "RUNNING" and row.job_class == "opportunistic"
                 else None,
             },
         )

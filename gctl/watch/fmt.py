@@ -35,7 +35,14 @@ JOB_STATE_STYLE = {
     "STOPPED": "red",
     "PREEMPTED": "red",
 }
-MODE_STYLE = {"exclusive": "green", "packed": "cyan", "time-sliced": "yellow", "idle": "dim"}
+MODE_STYLE = {
+    "exclusive": "green",
+    "packed": "cyan",
+    "time-sliced": "yellow",
+    "opportunistic": "magenta",
+    "tgs": "magenta",
+    "idle": "dim",
+}
 
 
 def height_bar(height: float) -> Text:

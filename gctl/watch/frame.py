@@ -22,10 +22,17 @@ class GpuCell:
 
     @property
     def mode(self) -> str:
-        """``idle``, or how the GPU is shared: ``exclusive``, ``packed`` or ``time-sliced``."""
+        """``idle``, or how the GPU is held.
+
+        ``exclusive``, ``packed``, ``time-sliced``, ``opportunistic`` (an
+        opportunistic job alone) or ``tgs`` (one beside a production job,
+        rate-limited).
+        """
         if not self.holders:
             return "idle"
         modes = {h.mode for h in self.holders}
+        if "opportunistic" in modes:
+            return "opportunistic" if len(self.holders) == 1 else "tgs"
         if len(self.holders) == 1:
             return "exclusive"
         return "time-sliced" if "time-sliced" in modes else "packed"

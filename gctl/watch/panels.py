@@ -58,7 +58,7 @@ def gpu_table(line: NodeLine, frame: Frame) -> Table:
 
 
 def _jobs_cell(gpu: GpuCell) -> Text:
-    """Jobs on the GPU; on a time-sliced one ``▶`` marks the job holding the slice now."""
+    """Jobs on the GPU; ``▶`` marks the job holding a time slice now, ``~`` an opportunistic one."""
     out = Text()
     holder = gpu.slice_holder
     for i, h in enumerate(gpu.holders):
@@ -66,6 +66,8 @@ def _jobs_cell(gpu: GpuCell) -> Text:
             out.append(" ")
         if h.job_id == holder:
             out.append(f"▶{h.job_id}", style="bold green")
+        elif h.mode == "opportunistic":
+            out.append(f"~{h.job_id}", style="magenta" if h.running else "dim")
         else:
             out.append(str(h.job_id), style="" if h.running else "dim")
     return out if gpu.holders else Text("-", style="dim")

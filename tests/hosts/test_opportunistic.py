@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clikit import run
 from daemonkit import STORES, Running, job_file, jobs_of, submit, wait
 from daemonkit import kinds as _kinds
+from prometheus_client import generate_latest
 from sqlalchemy import select
 
 from gctl.hosts import agent
@@ -132,7 +134,7 @@ def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_s
     nodes.set_admin_state(store, "h2", "drain", "only h1 in this test")
     busy = ("--steps", "100000", "--step-time", "0.1", "--gpu-busy")
     prod = submit(store, *busy, "0.5", env=["GCTL_EMULATED_UTIL=50"])
-    start_daemon(store)
+    running = start_daemon(store)
     _wait("production reporting a rate", lambda: _rate_of(hosts, prod) is not None)
     alone = _mean_rate(hosts, prod, 8.0)
     guest = submit(store, *busy, "1.0", job_class="opportunistic", env=["GCTL_EMULATED_UTIL=100"])
@@ -157,6 +159,12 @@ def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_s
     reason = why.explain(store, guest).reason or ""
     assert reason.startswith(f"beside production job {prod}: runs "), reason
     assert "of R =" in reason
+    code, out, _ = run("show", "job", str(guest))
+    assert code == 0 and "Throttle=beta " in out and f"BesideJob={prod}" in out, out
+    scraped = generate_latest(running.daemon.metrics.registry).decode()
+    labels = f'job="{guest}",node="h1",production_job="{prod}"'
+    assert f"gctl_opportunistic_beta{{{labels}}}" in scraped
+    assert f"gctl_production_slowdown{{{labels}}}" in scraped
 
 
 def _freezer(hosts: dict[str, Any], container: str) -> str:

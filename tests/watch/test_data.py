@@ -5,11 +5,14 @@ from __future__ import annotations
 from watchkit import T
 
 from gctl.services import db
+from gctl.services.dashboard import Holder
 from gctl.services.db import Store
 from gctl.watch.actions import job_action, node_action
 from gctl.watch.data import Feed, FrameSource
 from gctl.watch.fmt import coarse_age, height_bar, sparkline
+from gctl.watch.frame import GpuCell
 from gctl.watch.history import gpu_series
+from gctl.watch.panels import _jobs_cell
 
 
 def test_frame_shows_modes_slices_and_heights(busy: Store) -> None:
@@ -70,3 +73,12 @@ def test_formats() -> None:
     assert height_bar(0.5).plain.startswith("████····│")
     assert sparkline([0.0, 1.0], 1.0, 4) == "  ▁█"
     assert [coarse_age(s) for s in (5, 600, 4000, 90000)] == ["<1m", "10m", "1h06m", "1d01h"]
+
+
+def test_an_opportunistic_job_is_marked_alone_and_beside_a_production_job() -> None:
+    guest = Holder(9, "opportunistic", True, 1)
+    alone = GpuCell("n1", 0, "V100", 16384, True, (guest,))
+    beside = GpuCell("n1", 1, "V100", 16384, True, (Holder(4, "exclusive", True, 1), guest))
+    assert (alone.mode, beside.mode) == ("opportunistic", "tgs")
+    assert _jobs_cell(beside).plain == "4 ~9"
+    assert beside.slice_holder is None  # both run: nobody waits for a slice
