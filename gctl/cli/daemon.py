@@ -88,6 +88,21 @@ def daemon(
         str | None,
         typer.Option(help="Keep dcgm-exporter job mapping files in this directory on each node."),
     ] = None,
+    colocate: Annotated[
+        bool,
+        typer.Option(
+            help="Let opportunistic jobs run beside production jobs, throttled through the cgroup"
+            " freezer (needs root over SSH); else on idle GPUs only."
+        ),
+    ] = True,
+    control_every: Annotated[
+        float,
+        typer.Option(
+            max=PERIOD_MAX,
+            help="Seconds between rate-control steps of an opportunistic job beside a production"
+            " job.",
+        ),
+    ] = 1.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every step.")] = False,
 ) -> None:
     """Place and manage jobs on the hosts until stopped (SIGTERM/SIGINT); jobs keep running."""
@@ -113,6 +128,8 @@ def daemon(
             lease=lease_s,
             state_dir=state_dir,
             dcgm_dir=dcgm_dir,
+            colocate=colocate,
+            control_every=control_every,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
