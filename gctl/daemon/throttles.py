@@ -4,8 +4,8 @@ A *pair* is an opportunistic job running on exactly the GPUs of one
 production job that runs alone there (what
 :mod:`gctl.core.opportunistic` places). For each pair the daemon keeps a
 :class:`gctl.core.tgs.RateControl` state; every new progress rate of the
-production job is one control step (the job SDK's step rate, else its GPU
-utilisation, :func:`gctl.daemon.passes.progress_rate`), and the beta it
+production job is one control step (the job SDK's step rate, else its own
+GPU utilisation from the node's GPU sample, an estimate), and the beta it
 gives is sent to the guest's throttle on the host (the agent's
 ``throttle-set``, :mod:`gctl.hosts.agent`) with the node's next
 observation. A node holding a pair is observed fully every
@@ -90,7 +90,7 @@ class Throttles:
             if not o.full or o.error is not None:
                 continue
             for guest, pair in self.pairs.items():
-                sample = _sample(o.reports.get(pair.host))
+                sample = _sample(o.reports.get(pair.host)) or _estimate(o, pair.host)
                 if sample is not None and sample[0] != self._sampled.get(guest):
                     self._sampled[guest] = sample[0]
                     self.states[guest] = self.control.step(self.states[guest], sample[1])
@@ -166,8 +166,19 @@ class Throttles:
         kept = state.rate / state.reference if state.reference else 1.0
         return (
             f"runs {state.beta:.0%} of the time ({state.phase}); production at {kept:.0%}"
-            f" of R = {state.reference:.3g} steps/s (target {1 - self.control.epsilon:.0%})"
+            f" of R = {state.reference:.3g} (target {1 - self.control.epsilon:.0%})"
         )
+
+
+def _estimate(o: Observation, job_id: int) -> tuple[float, float] | None:
+    """``(time, utilisation)`` of a production job without the SDK's rate, from the GPU sample.
+
+    Its own utilisation stands in for its rate, as in ``progress_rate``.
+    """
+    if o.sample is None:
+        return None
+    util = [j.util_percent for j in o.sample.jobs if j.job_id == job_id and j.util_percent]
+    return (o.began, max(util) / 100) if util else None
 
 
 def _sample(report: jobfiles.Report | None) -> tuple[float, float] | None:
