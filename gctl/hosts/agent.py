@@ -395,11 +395,18 @@ def _signalled(pid: int) -> bool | None:
 
 
 def _freeze(path: str, value: str) -> bool:
-    """Write the freezer; False when the cgroup is gone (the container ended)."""
+    """Write the freezer; False when the cgroup is gone (the container ended).
+
+    A write refused while the cgroup is still there (a freeze under way) is
+    tried again at the next period.
+    """
     try:
         with open(path, "w", encoding="ascii") as fh:
             fh.write(value)
-    except OSError:
+    except OSError as exc:
+        if os.path.exists(path):
+            print(f"throttle: {path}: {exc}", flush=True)
+            return True
         return False
     return True
 
@@ -420,6 +427,7 @@ def throttle(tdir: str) -> None:
         while True:
             pending = _signalled(pid)
             if pending is None:
+                why = f"container gone (process {pid} ended)"
                 break
             if pending:
                 why = "a signal is pending for the job"

@@ -110,7 +110,8 @@ def test_pending_queue_order_held_and_finished_jobs(
     snap = snapshot.read(store.engine, now=at)
     state = snap.state
     assert snap.problems == ()
-    assert _queue(state) == [_id(b), _id(a), _id(c), _id(requeued)]
+    assert _queue(state) == [_id(b), _id(a), _id(c)]
+    assert list(state.guest_queue) == [_id(requeued)]  # opportunistic: in no policy's queue
     assert list(state.pending[(int(Priority.NORMAL), 1)]) == [_id(a), _id(c)]
     assert set(state.jobs) == {_id(j) for j in (a, b, c, requeued)}
     assert snap.job_ids == {_id(j): j for j in (a, b, c, requeued)}
