@@ -1,8 +1,11 @@
-"""Opportunistic jobs on the test hosts: they take idle GPUs and give them up to production.
+"""Opportunistic jobs on the test hosts: idle GPUs given up to production, TGS control, kill -9.
 
-The daemon runs in a thread of the test with short periods; the jobs are the
-test image's training program, which checkpoints through the job SDK, so an
-evicted opportunistic job resumes from its checkpoint.
+The daemon runs in a thread of the test with short periods (the kill -9 test
+runs ``gctl daemon`` itself); the jobs are the test image's training
+program, which checkpoints through the job SDK, so an evicted opportunistic
+job resumes from its checkpoint. GPUs are emulated: ``--gpu-busy`` makes
+jobs queue for the emulated GPU, so a production job slows when an
+opportunistic one beside it is not throttled.
 """
 
 from __future__ import annotations
