@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gctl.core import memory
+from gctl.core import memory, placement
 from gctl.core.decisions import Decision, Place, Queue, Requeue
 from gctl.core.model import GpuRef, JobStatus, ShareMode
 from gctl.core.policy import Policy, Waking
@@ -147,15 +147,14 @@ def _idle_set(state: ClusterState, count: int, taken: dict[str, int]) -> GroupKe
     )
     for idle, _, ns, mask in fits:
         if idle >= count:
-            found = ns.topo.best_set(mask, count)
+            found = placement.node_set(ns, count, mask)
             if found is not None:
-                return tuple((ns.name, i) for i in found)
+                return found
     if sum(e[0] for e in fits) < count:
         return None
     chosen: list[GpuRef] = []
     for idle, _, ns, mask in reversed(fits):
-        part = ns.topo.best_set(mask, min(idle, count - len(chosen)))
-        chosen.extend((ns.name, i) for i in part or ())
+        chosen.extend(placement.node_set(ns, min(idle, count - len(chosen)), mask) or ())
         if len(chosen) == count:
             return tuple(sorted(chosen))
     return None

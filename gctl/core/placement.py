@@ -34,9 +34,9 @@ from gctl.core.model import GpuRef, JobStatus, ShareMode
 from gctl.core.state import ClusterState, GroupKey, JobState, NodeState
 
 
-def node_set(ns: NodeState, count: int) -> GroupKey | None:
-    """Best-connected ``count`` free GPUs of one node, or None."""
-    idx = ns.topo.best_set(ns.free_mask, count)
+def node_set(ns: NodeState, count: int, mask: int | None = None) -> GroupKey | None:
+    """Best-connected ``count`` free GPUs of one node (of ``mask``'s, when given), or None."""
+    idx = ns.topo.best_set(ns.free_mask if mask is None else mask, count)
     if idx is None:
         return None
     return tuple((ns.name, i) for i in idx)

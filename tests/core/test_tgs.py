@@ -317,7 +317,8 @@ def test_reconverges_after_r_shifts(
     r = run(plant, measure, at)
     shifts, profiling = r.state.shifts, r.state.phase is Phase.PROFILING
     r.feed(moved, lambda beta: measure(beta) * factor, BOUND)
-    assert r.state.shifts > shifts or profiling  # it noticed (or was profiling anyway)
+    if not profiling:  # a change while R is being profiled is simply measured
+        assert r.state.shifts > shifts  # otherwise the controller must notice it
     assert r.state.reference == pytest.approx(moved.R, rel=0.02)
     assert_settled(r, moved, amplitude)
 

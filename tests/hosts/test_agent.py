@@ -9,29 +9,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from agentkit import run_mode
+
 from gctl.hosts import agent
 
 AGENT = agent.__file__
-
-
-def _run(mode: str, request: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, AGENT, mode],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    doc = json.loads(out.stdout)
-    assert isinstance(doc, dict)
-    return doc
 
 
 def _docker(tmp_path: Path) -> tuple[Path, Path]:
@@ -54,7 +40,7 @@ def test_observe_reads_reports_and_tells_when_the_host_booted(tmp_path: Path) ->
     (done / "checkpoint.json").write_text(json.dumps({"step": 4, "time": 12.5, "state": {}}))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "progress.json").write_text("{not json")
-    got = _run("observe", {"dirs": [str(done), str(tmp_path / "broken"), "/nonexistent"]})
+    got = run_mode("observe", {"dirs": [str(done), str(tmp_path / "broken"), "/nonexistent"]})
     reports = got["reports"]
     assert reports[str(done)]["progress"]["done"] is True
     assert reports[str(done)]["checkpoint"] == {"step": 4, "time": 12.5}
@@ -67,18 +53,18 @@ def test_prepare_seeds_a_new_attempt_from_the_newest_earlier_one_and_keeps_two(
     tmp_path: Path,
 ) -> None:
     base = tmp_path / "jobs" / "7"
-    first = _run("prepare", {"base": str(base), "attempt": 0})
+    first = run_mode("prepare", {"base": str(base), "attempt": 0})
     assert first == {"dir": str(base / "a0"), "seeded_from": None, "checkpoint_time": None}
     (base / "a0" / "checkpoint.json").write_text(json.dumps({"step": 3, "time": 30.0}))
-    second = _run("prepare", {"base": str(base), "attempt": 1})
+    second = run_mode("prepare", {"base": str(base), "attempt": 1})
     assert (second["seeded_from"], second["checkpoint_time"]) == (0, 30.0)
     (base / "a1" / "checkpoint.json").write_text(json.dumps({"step": 9, "time": 90.0}))
     # a stale run of attempt 0 writing now cannot touch attempt 1's checkpoint
     (base / "a0" / "checkpoint.json").write_text(json.dumps({"step": 4, "time": 40.0}))
-    again = _run("prepare", {"base": str(base), "attempt": 1})  # a start tried again
+    again = run_mode("prepare", {"base": str(base), "attempt": 1})  # a start tried again
     assert (again["seeded_from"], again["checkpoint_time"]) == (None, 90.0)
-    _run("prepare", {"base": str(base), "attempt": 3})
-    _run("prepare", {"base": str(base), "attempt": 4})
+    run_mode("prepare", {"base": str(base), "attempt": 3})
+    run_mode("prepare", {"base": str(base), "attempt": 4})
     assert sorted(os.listdir(base)) == ["a1", "a3", "a4"]  # two before the newest are kept
     latest = json.loads((base / "a4" / "checkpoint.json").read_text())
     assert latest["step"] == 9
@@ -106,21 +92,21 @@ def test_the_watchdog_kills_the_stores_containers_once_its_lease_runs_out(
 ) -> None:
     docker, log = _docker(tmp_path)
     agent_dir = tmp_path / "agent"
-    got = _run("observe", {"lease": _lease(agent_dir, 1.0, docker)})
+    got = run_mode("observe", {"lease": _lease(agent_dir, 1.0, docker)})
     pid = got["watchdog_started"]
     assert isinstance(pid, int)
     try:
-        again = _run("observe", {"lease": _lease(agent_dir, 1.0, docker)})
+        again = run_mode("observe", {"lease": _lease(agent_dir, 1.0, docker)})
         assert again["watchdog_started"] is None  # one watchdog per store and host
         for _ in range(6):  # renewed: nothing happens
             time.sleep(0.3)
-            _run("observe", {"lease": _lease(agent_dir, 1.0, docker)})
+            run_mode("observe", {"lease": _lease(agent_dir, 1.0, docker)})
         assert _kills(log) == []
         _wait_for(lambda: _kills(log), within=5)  # not renewed: killed
         assert _kills(log)[0] == "kill c1 c2"
         assert "unpause c1 c2" in log.read_text()  # a frozen container cannot be killed
         assert (agent_dir / "watchdog.log").read_text().count("lease expired") >= 1
-        _run("standdown", {"dir": str(agent_dir)})
+        run_mode("standdown", {"dir": str(agent_dir)})
         time.sleep(0.5)
         count = len(_kills(log))
         time.sleep(2.0)
@@ -133,7 +119,7 @@ def test_the_watchdog_kills_the_stores_containers_once_its_lease_runs_out(
 def test_the_watchdog_leaves_when_its_store_directory_goes(tmp_path: Path) -> None:
     docker, _ = _docker(tmp_path)
     agent_dir = tmp_path / "agent"
-    pid = _run("observe", {"lease": _lease(agent_dir, 60.0, docker)})["watchdog_started"]
+    pid = run_mode("observe", {"lease": _lease(agent_dir, 60.0, docker)})["watchdog_started"]
     for name in os.listdir(agent_dir):
         os.unlink(agent_dir / name)
     agent_dir.rmdir()

@@ -9,16 +9,15 @@ time its cgroup is thawed.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agentkit import run_mode
 
 from gctl.hosts import agent
 
@@ -62,17 +61,7 @@ def counter(hosts: dict[str, Any], tmp_path: Path) -> Iterator[tuple[list[str], 
 
 def _set(tdir: Path, docker: list[str], cid: str, beta: float, lease: float) -> dict[str, Any]:
     request = {"dir": str(tdir), "container": cid, "beta": beta, "lease": lease, "docker": docker}
-    done = subprocess.run(
-        [sys.executable, agent.__file__, "throttle-set"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    doc = json.loads(done.stdout)
-    assert isinstance(doc, dict)
-    return doc
+    return run_mode("throttle-set", request)
 
 
 def _rate(out: Path, seconds: float = 2.0) -> float:
@@ -118,34 +107,36 @@ def test_the_throttle_runs_a_container_for_beta_of_the_time_and_thaws_it_when_it
     assert "lease expired" in (tdir / agent.THROTTLE_LOG).read_text()
 
 
-def test_removing_the_setting_stops_the_throttle_and_leaves_the_container_running(
-    counter: tuple[list[str], str, Path], tmp_path: Path
-) -> None:
-    docker, cid, out = counter
-    tdir = tmp_path / "throttle"
-    free = _rate(out, 1.0)
-    _set(tdir, docker, cid, 0.0, lease=60.0)
-    time.sleep(0.5)
-    assert _rate(out, 1.0) <= 0.05 * free
+def _remove_setting(tdir: Path, docker: list[str], cid: str) -> None:
     (tdir / agent.THROTTLE).unlink()
-    time.sleep(0.5)
-    assert not _throttle_alive(tdir)
-    assert _rate(out, 1.0) >= 0.7 * free
-    assert "(stopped): thawed" in (tdir / agent.THROTTLE_LOG).read_text()
 
 
-def test_a_signal_for_a_held_job_thaws_it_at_once(
-    counter: tuple[list[str], str, Path], tmp_path: Path
+def _signal_the_job(tdir: Path, docker: list[str], cid: str) -> None:
+    subprocess.run([*docker, "kill", "-s", "USR1", cid], capture_output=True, check=True)
+
+
+@pytest.mark.parametrize(
+    ("end", "why"),
+    [
+        (_remove_setting, "(stopped): thawed"),  # the pair ended
+        (_signal_the_job, "a signal is pending for the job"),  # a checkpoint or stop asked
+    ],
+)
+def test_the_throttle_thaws_a_held_container_at_once_when_it_is_no_longer_wanted(
+    counter: tuple[list[str], str, Path],
+    tmp_path: Path,
+    end: Callable[[Path, list[str], str], None],
+    why: str,
 ) -> None:
-    """A checkpoint or stop asked of a frozen job (a signal) is never kept waiting."""
+    """A removed setting, or a signal for the held job, thaws it within a period."""
     docker, cid, out = counter
     tdir = tmp_path / "throttle"
     free = _rate(out, 1.0)
     _set(tdir, docker, cid, 0.0, lease=60.0)
     time.sleep(0.5)
     assert _rate(out, 1.0) <= 0.05 * free
-    subprocess.run([*docker, "kill", "-s", "USR1", cid], capture_output=True, check=True)
+    end(tdir, docker, cid)
     time.sleep(0.5)
     assert not _throttle_alive(tdir)
     assert _rate(out, 1.0) >= 0.7 * free
-    assert "a signal is pending for the job" in (tdir / agent.THROTTLE_LOG).read_text()
+    assert why in (tdir / agent.THROTTLE_LOG).read_text()
