@@ -16,12 +16,19 @@ from gctl.watch.tables import NodesTable
 SIZE = (160, 48)
 
 
-async def _on_n4(pilot: Pilot[None]) -> None:
+async def _settle(pilot: Pilot[None]) -> None:
+    """Let workers, messages and scrolling finish (the timeline scrolls to its end)."""
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+async def _on_n4(pilot: Pilot[None]) -> None:
+    await _settle(pilot)
     table = pilot.app.query_one(NodesTable)
     table.move_cursor(row=table.get_row_index("n4"))
-    await pilot.pause()
+    await _settle(pilot)
 
 
 def test_dashboard(busy: Store, snap_compare: Any) -> None:
