@@ -2,7 +2,10 @@
 
 Under overload, jobs waiting for their time slice are taken lowest GPU
 utilisation first and packed onto the running exclusive job with the lowest
-utilisation whose GPUs fit both jobs' memory. Where no exclusive job is left
+utilisation whose GPUs fit both jobs' memory; when the driver hands the
+policy an interference predictor (:mod:`gctl.core.interference`), onto the
+one of least predicted interference instead, and only where the pair is
+predicted to pay. Where no exclusive job is left
 to pack onto, the jobs taking turns on one set take them in pairs when the
 two fit together (:func:`turn_partner`), judged the same way. A pack is
 kept only while its measured aggregate progress (each job's rate over its
@@ -19,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gctl.core.decisions import Decision, Pack, Unpack
+from gctl.core.interference import Interference, PairOutlook, best_partner
 from gctl.core.memory import all_frozen_fit, can_run_together
 from gctl.core.model import JobStatus
 from gctl.core.state import ClusterState, GroupKey, JobState
@@ -42,6 +46,21 @@ class PackingMemory:
             self._pruned = len(self.bad_pairs)
 
 
+PARTNER_CHOICES = 16
+"""Most partners a waiting job's predicted interference is weighed against, per pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class PackLimits:
+    """How :func:`pack_waiting` packs: limits, and whether it weighs predicted interference."""
+
+    util: float
+    keep_above: float
+    max_packs: int
+    max_height: float
+    interference: bool = True
+
+
 @dataclass(frozen=True, slots=True)
 class TurnPacking:
     """How time-sliced sets pack their turns: the limits and the pairs found not to pay."""
@@ -49,6 +68,8 @@ class TurnPacking:
     memory: PackingMemory
     util_limit: float
     keep_above: float
+    interference: bool = True
+    """Whether the partner is the one of least predicted interference, when one is predicted."""
 
 
 def turn_partner(
@@ -67,6 +88,40 @@ def turn_partner(
         and a.gpu_util + b.gpu_util <= packing.util_limit
         and frozenset((first.id, cand.id)) not in packing.memory.bad_pairs
         and can_run_together(state, key, (first, cand))
+    )
+
+
+def choose_turn_partner(
+    state: ClusterState,
+    key: GroupKey,
+    first: JobState,
+    order: list[JobState],
+    packing: TurnPacking,
+) -> tuple[JobState, PairOutlook | None] | None:
+    """The job to take its turn on set ``key`` beside ``first``, packed, or None.
+
+    ``order`` is the other members in turn order. Without a predictor only
+    the next in turn is considered (Gandiva's rule). With one, the member
+    of least predicted interference among the first :data:`PARTNER_CHOICES`
+    that may pack (:func:`turn_partner`) and are predicted to pay, with its
+    outlook.
+    """
+    predict = state.interference if packing.interference else None
+    if predict is None:
+        return (
+            (order[0], None)
+            if order and turn_partner(state, key, first, order[0], packing)
+            else None
+        )
+    fits: list[JobState] = []
+    for cand in order:
+        if turn_partner(state, key, first, cand, packing):
+            fits.append(cand)
+            if len(fits) >= PARTNER_CHOICES:
+                break
+    gpu_type = state.gpu_type(key[0])
+    return best_partner(
+        [(c, predict.outlook(gpu_type, first, c)) for c in fits], packing.keep_above
     )
 
 
@@ -150,11 +205,18 @@ def pack_waiting(
     state: ClusterState,
     now: float,
     memory: PackingMemory,
-    util_limit: float,
-    max_packs: int,
-    max_height: float,
+    limits: PackLimits,
 ) -> list[Decision]:
-    """Greedy packing of time-sliced waiting jobs onto lightly used exclusive GPU sets."""
+    """Greedy packing of time-sliced waiting jobs onto lightly used exclusive GPU sets.
+
+    Waiting jobs go lightest first. Without a predictor
+    (:attr:`ClusterState.interference`, or ``limits.interference`` off) each
+    goes onto the lightest running job it fits beside (utilisation sum,
+    memory, height). With one, it goes beside the partner of least predicted
+    interference among the first :data:`PARTNER_CHOICES` it fits beside, and
+    not at all where no pair is predicted to beat time slicing
+    (:func:`gctl.core.interference.best_partner`).
+    """
     candidates: list[JobState] = []
     for key in state.shared:
         for m in state.groups[key]:
@@ -179,29 +241,102 @@ def pack_waiting(
             targets.setdefault(len(key), []).append(js)
     for group in targets.values():
         group.sort(key=lambda j: (j.observed.gpu_util if j.observed else 1.0, j.seq))
+    predict = state.interference if limits.interference else None
+    if predict is not None:
+        return _pack_least_interference(state, now, memory, limits, candidates, targets, predict)
     out: list[Decision] = []
     for cand in candidates:
-        if len(out) >= max_packs:
+        if len(out) >= limits.max_packs:
             break
         pool = targets.get(cand.held, [])
-        cand_util = cand.observed.gpu_util if cand.observed else 1.0
-        for i, tgt in enumerate(pool):
-            tgt_util = tgt.observed.gpu_util if tgt.observed else 1.0
-            if cand_util + tgt_util > util_limit:
-                if i == 0:  # the later candidates of its size are no lighter
-                    pool.clear()
-                break
-            if frozenset((cand.id, tgt.id)) in memory.bad_pairs:
-                continue
-            if not all_frozen_fit(state, tgt.gpus, (cand, tgt)):
-                continue
-            if not _height_allows(state, cand.gpus, tgt.gpus, max_height):
-                continue
-            reason = (
-                f"utilisation {cand_util:.0%} + {tgt_util:.0%} fits one GPU set;"
-                f" packing beats waiting for a time slice"
-            )
-            out += state.commit([Pack(cand.id, tgt.gpus, (tgt.id,), reason)], now)
-            del pool[i]
+        fits = _fitting(state, cand, pool, memory, limits, 1)
+        if not fits:
+            continue
+        i, tgt = fits[0]
+        reason = (
+            f"utilisation {_util(cand):.0%} + {_util(tgt):.0%} fits one GPU set;"
+            f" packing beats waiting for a time slice"
+        )
+        out += state.commit([Pack(cand.id, tgt.gpus, (tgt.id,), reason)], now)
+        del pool[i]
+    return out
+
+
+def _pack_least_interference(
+    state: ClusterState,
+    now: float,
+    memory: PackingMemory,
+    limits: PackLimits,
+    candidates: list[JobState],
+    targets: dict[int, list[JobState]],
+    predict: Interference,
+) -> list[Decision]:
+    """Pairs predicted to pay, least predicted interference first, each job in one pair.
+
+    Each waiting job is weighed against the first :data:`PARTNER_CHOICES`
+    running jobs it fits beside (lightest first); the pairs are then taken
+    best first, so a good partner goes to the job it suits best rather than
+    to the lightest waiting job.
+    """
+    options: list[tuple[float, int, int, JobState, JobState, PairOutlook, int]] = []
+    for cand in candidates:
+        fits = _fitting(state, cand, targets.get(cand.held, []), memory, limits, PARTNER_CHOICES)
+        for _, tgt in fits:
+            outlook = predict.outlook(state.gpu_type(tgt.gpus[0]), cand, tgt)
+            if outlook.pays(limits.keep_above):
+                options.append(
+                    (-outlook.aggregate, cand.seq, tgt.seq, cand, tgt, outlook, len(fits))
+                )
+    options.sort(key=lambda o: o[:3])
+    used: set[str] = set()
+    out: list[Decision] = []
+    for _, _, _, cand, tgt, outlook, choices in options:
+        if len(out) >= limits.max_packs:
+            break
+        if cand.id in used or tgt.id in used:
+            continue
+        if not _height_allows(state, cand.gpus, tgt.gpus, limits.max_height):
+            continue
+        reason = (
+            f"{outlook.describe()} beside job {tgt.id}: the least predicted interference"
+            f" of {choices} GPU set(s) it fits; packing beats waiting for a time slice"
+        )
+        out += state.commit([Pack(cand.id, tgt.gpus, (tgt.id,), reason)], now)
+        used.update((cand.id, tgt.id))
+    return out
+
+
+def _util(js: JobState) -> float:
+    return js.observed.gpu_util if js.observed else 1.0
+
+
+def _fitting(
+    state: ClusterState,
+    cand: JobState,
+    pool: list[JobState],
+    memory: PackingMemory,
+    limits: PackLimits,
+    wanted: int,
+) -> list[tuple[int, JobState]]:
+    """The first ``wanted`` jobs of ``pool`` (lightest first) ``cand`` may pack beside.
+
+    With their positions in ``pool``. Clears ``pool`` when even its lightest
+    job is too heavy for ``cand``: the later candidates of its size are no
+    lighter.
+    """
+    out: list[tuple[int, JobState]] = []
+    for i, tgt in enumerate(pool):
+        if _util(cand) + _util(tgt) > limits.util:
+            if i == 0:
+                pool.clear()
+            break
+        if frozenset((cand.id, tgt.id)) in memory.bad_pairs:
+            continue
+        if not all_frozen_fit(state, tgt.gpus, (cand, tgt)):
+            continue
+        if not _height_allows(state, cand.gpus, tgt.gpus, limits.max_height):
+            continue
+        out.append((i, tgt))
+        if len(out) >= wanted:
             break
     return out

@@ -37,6 +37,7 @@ from gctl.core.decisions import (
     Suspend,
     Unpack,
 )
+from gctl.core.interference import Interference
 from gctl.core.model import (
     Cluster,
     GpuRef,
@@ -182,6 +183,9 @@ class ClusterState:
         self._guest_heaps: dict[int, list[tuple[int, int, str]]] = {}
         self.guest_on: dict[GpuRef, str] = {}
         """The guest on each GPU that has one."""
+        self.interference: Interference | None = None
+        """Predicted slow-downs of jobs sharing a GPU, handed in by the driver (daemon or
+        simulator) for the policy's placement choices; None: nothing predicted."""
         self._touches = 0
         self._seq = 0
         self.total_free = 0
@@ -450,6 +454,10 @@ class ClusterState:
         if gpus[0][0] != gpus[-1][0]:
             return Spread.CROSS_NODE
         return self.nodes[gpus[0][0]].topo.spread(tuple(i for _, i in gpus))
+
+    def gpu_type(self, gpu: GpuRef) -> str:
+        """The model of one GPU (``V100``, ``K80``, ...), as its node declares it."""
+        return self.nodes[gpu[0]].node.gpus[gpu[1]].type
 
     def best_spread(self, count: int) -> Spread:
         """The tightest locality class any node offers a set of ``count`` GPUs."""

@@ -20,8 +20,8 @@ from gctl.core import memory
 from gctl.core.decisions import Decision, Resume, Suspend
 from gctl.core.las import Ranking as Rank
 from gctl.core.model import JobStatus
-from gctl.core.packing import TurnPacking, judge_turn_pack, turn_partner
-from gctl.core.state import ClusterState, GroupKey
+from gctl.core.packing import TurnPacking, choose_turn_partner, judge_turn_pack
+from gctl.core.state import ClusterState, GroupKey, JobState
 
 
 def next_in_turn(
@@ -50,6 +50,23 @@ def next_in_turn(
         if cand != after and cand not in skip and int(state.jobs[cand].spec.priority) == top:
             return cand
     return None
+
+
+def turn_order(state: ClusterState, key: GroupKey, first: str, rank: Rank | None) -> list[JobState]:
+    """The members other than ``first`` in the order their turns come (as :func:`next_in_turn`).
+
+    Best-ranked first with ``rank``; else the top-priority members, cyclic after ``first``.
+    """
+    members = state.groups[key]
+    others = [state.jobs[m] for m in members if m != first]
+    if rank is not None:
+        return sorted(others, key=rank)
+    top = max(int(state.jobs[m].spec.priority) for m in members)
+    at = members.index(first) if first in members else -1
+    cyclic = {m: (i - at - 1) % len(members) for i, m in enumerate(members)}
+    return sorted(
+        (js for js in others if int(js.spec.priority) == top), key=lambda js: cyclic[js.id]
+    )
 
 
 def resume_idle_sets(state: ClusterState, now: float, rank: Rank | None = None) -> list[Decision]:
@@ -110,11 +127,15 @@ def rotate(
         if first is None:
             continue
         cohort = [jobs[first]]
+        predicted = ""
         if packing is not None:
             judge_turn_pack(runners, packing)
-            second = next_in_turn(state, key, first, rank=rank)
-            if second is not None and turn_partner(state, key, cohort[0], jobs[second], packing):
-                cohort.append(jobs[second])
+            order = turn_order(state, key, first, rank)
+            chosen = choose_turn_partner(state, key, cohort[0], order, packing)
+            if chosen is not None:
+                cohort.append(chosen[0])
+                if chosen[1] is not None:
+                    predicted = f" ({chosen[1].describe()})"
         why = f"quantum {turn:g}s used; {len(members) - 1} job(s) share its GPUs"
         if rank is not None:
             why = f"job {first} goes first by least attained service ({rank.describe(jobs[first])})"
@@ -124,7 +145,7 @@ def rotate(
         for c in cohort:
             if c.status is not JobStatus.RUNNING:
                 partner = [o.id for o in cohort if o is not c]
-                extra = f", packed with job {partner[0]}" if partner else ""
+                extra = f", packed with job {partner[0]}{predicted}" if partner else ""
                 if rank is None:
                     turn_why = f"round-robin turn on {key[0][0]}"
                 else:

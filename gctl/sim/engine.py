@@ -22,12 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gctl.core.decisions import MOVES, Decision, Pack, Resume, Suspend
+from gctl.core.interference import Interference
 from gctl.core.model import Cluster, JobStatus, Observed
 from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
 from gctl.core.state import ClusterState, GroupKey
 from gctl.sim import perf, profiles
 from gctl.sim.metrics import Counters, JobRecord, Metrics, summarize
+from gctl.sim.pairs import table_interference
 from gctl.sim.workload import TraceJob
 
 _ARRIVAL, _FINISH, _TICK = 0, 1, 2
@@ -74,6 +76,8 @@ class Simulator:
     tick: float = 60.0
     horizon: float | None = None
     sharing: Sharing = field(default_factory=Sharing)
+    interference: Interference | None = field(default_factory=table_interference)
+    """What the policy may predict interference from (the pair table by default)."""
 
     def run(
         self, jobs: Sequence[TraceJob], progress: Callable[[int, int], None] | None = None
@@ -82,6 +86,7 @@ class Simulator:
         started = time.perf_counter()
         total = self.cluster.total_gpus
         self.state = ClusterState(self.cluster)
+        self.state.interference = self.interference
         self.driven = WithGuests(self.policy, self.sharing)
         self.runs: dict[str, _Run] = {}
         self.counters = Counters()
@@ -250,9 +255,12 @@ class Simulator:
         for key in groups:
             self.busy -= self.busy_groups.pop(key, 0)
             members = state.groups.get(key, ())
-            if self._running(key):
+            running = [m for m in members if state.jobs[m].status is JobStatus.RUNNING]
+            if running:
                 self.busy_groups[key] = len(key)
                 self.busy += len(key)
+                if len(running) > 1:
+                    self.counters.packed.update(dict.fromkeys(running))
             touched.update(dict.fromkeys(members))
         guests = self.busy_guests or state.guests
         for job_id in touched:

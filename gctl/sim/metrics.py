@@ -149,6 +149,9 @@ class Counters:
     requeues: int = 0
     per_job: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
     """Job id to its ``(suspends, moves)``; only jobs with at least one of either."""
+    packed: dict[str, None] = field(default_factory=dict, repr=False, compare=False)
+    """Jobs that ran at the same time as another job on their GPUs (packed, or a turn pair);
+    the simulator records them."""
 
     def count(self, decision: object) -> None:
         """Add one to the counter for ``decision``'s kind, and to its job's tally if it has one.
@@ -172,7 +175,8 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         """Return every decision counter by field name, in declaration order."""
-        return {f.name: int(getattr(self, f.name)) for f in fields(self) if f.name != "per_job"}
+        skip = ("per_job", "packed")
+        return {f.name: int(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
 
 
 @dataclass(frozen=True, slots=True)

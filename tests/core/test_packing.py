@@ -10,6 +10,8 @@ from gctl.core.model import JobStatus, Priority, ShareMode
 from gctl.core.policies.gandiva import GandivaPolicy
 from gctl.core.state import ClusterState
 
+LIMITS = packing.PackLimits(util=1.0, keep_above=1.0, max_packs=32, max_height=4.0)
+
 
 def _overloaded(mem: dict[str, int] | None = None) -> tuple[ClusterState, GandivaPolicy]:
     """One 4-GPU node: a, b, c, d alone on GPUs 0-3, then e and f time-slice onto a's and b's.
@@ -165,9 +167,9 @@ def test_bad_pair_is_never_packed_again() -> None:
     state.commit([Migrate("b", state.jobs["b"].gpus, e_gpus, "test"), Suspend("b", "test")], 31.0)
     assert state.mode_of("d") is ShareMode.EXCLUSIVE
     assert state.jobs["b"].status is JobStatus.SUSPENDED
-    assert packing.pack_waiting(state, 32.0, memory, 1.0, 32, 4.0) == []
+    assert packing.pack_waiting(state, 32.0, memory, LIMITS) == []
     # control: without the memory the pair would be packed again
-    out = packing.pack_waiting(state, 33.0, packing.PackingMemory(), 1.0, 32, 4.0)
+    out = packing.pack_waiting(state, 33.0, packing.PackingMemory(), LIMITS)
     assert [(p.job_id, p.with_jobs) for p in of_type(out, Pack)] == [("b", ("d",))]
 
 

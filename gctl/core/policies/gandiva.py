@@ -18,6 +18,12 @@ Order (``order``): by default least attained service (:mod:`gctl.core.las`)
 decides which member of a time-sliced set runs, which pending job is placed
 first, and which jobs a waiting job that cannot share may displace; waiting
 jobs are promoted after long waits. ``round-robin`` gives Gandiva's turns.
+Partners (``interference``, on by default): when the driver hands the
+policy an interference predictor (:attr:`ClusterState.interference`), a
+waiting job packs beside, and a job taking its turn pairs with, the partner
+of least predicted slow-down, and never where the pair is predicted not to
+beat time slicing (:mod:`gctl.core.interference`); off, or without a
+predictor, Gandiva's utilisation-sum rule chooses.
 :meth:`GandivaPolicy.wake_at` tells a simulator when the next pass could
 decide anything, so it skips the passes between.
 """
@@ -57,6 +63,7 @@ class GandivaConfig:
     packing: bool = True
     pack_util_limit: float = 1.0
     pack_keep_above: float = 1.0
+    interference: bool = True
     max_packs_per_pass: int = 32
     migration: bool = True
     max_moves_per_pass: int = 32
@@ -323,7 +330,9 @@ class GandivaPolicy:
             out += freed + self._place_pending(state, now, rank)
         if cfg.timeslicing:
             turns = (
-                packing.TurnPacking(self._memory, cfg.pack_util_limit, cfg.pack_keep_above)
+                packing.TurnPacking(
+                    self._memory, cfg.pack_util_limit, cfg.pack_keep_above, cfg.interference
+                )
                 if cfg.packing
                 else None
             )
@@ -404,14 +413,14 @@ class GandivaPolicy:
             self._memory.prune(state.jobs)
             out += packing.review_packs(state, now, self._memory, cfg.pack_keep_above)
             if state.shared:
-                out += packing.pack_waiting(
-                    state,
-                    now,
-                    self._memory,
+                limits = packing.PackLimits(
                     cfg.pack_util_limit,
+                    cfg.pack_keep_above,
                     cfg.max_packs_per_pass,
                     cfg.max_height,
+                    cfg.interference,
                 )
+                out += packing.pack_waiting(state, now, self._memory, limits)
         if cfg.migration:
             out += migration.unslice(state, now)
             out += migration.regroup(state, now, cfg.max_moves_per_pass)
