@@ -532,6 +532,15 @@ def _throttle(t: dict[str, Any]) -> str:
     return f"Throttle=beta {t['beta']:.3f} ({t['phase']}) BesideJob={t['host']}{speeds}"
 
 
+def _interference(i: dict[str, Any]) -> str:
+    """``show job``'s line on a packed job's measured slow-down beside its partner."""
+    emulated = " (emulated)" if i["emulated"] else ""
+    return (
+        f"Interference={i['slowdown']:.2f}x BesideJob={i['partner']} GPU={i['gpu_type']}"
+        f" (measured){emulated} At={_when(i['at'])}"
+    )
+
+
 def job_detail(d: JobDetail) -> None:
     """``gctl show job``: scontrol-style key=value lines, then history."""
     v = d.view
@@ -547,6 +556,8 @@ def job_detail(d: JobDetail) -> None:
         message(f"   {_progress(rt['progress'])}")
     if rt.get("throttle"):
         message(f"   {_throttle(rt['throttle'])}")
+    if rt.get("interference"):
+        message(f"   {_interference(rt['interference'])}")
     if rt["operation"]:
         op = rt["operation"]
         message(f"   Operation={op['kind']} in progress: {op['reason']}")

@@ -242,6 +242,11 @@ class Interference:
         )
 
 
+def job_kind(profile: str | None, image: str, command: Sequence[str]) -> str:
+    """What a job is known by: its ``--profile`` name, else its image and command."""
+    return profile or " ".join((image, *map(str, command)))[:255]
+
+
 def job_features(js: JobState) -> Features | None:
     """A job's features as last sampled (None before its first sample)."""
     obs = js.observed

@@ -18,6 +18,7 @@ from gctl.core.policy import Policy
 from gctl.daemon import jobfiles
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.inflight import Inflight
+from gctl.daemon.interference import record_coruns
 from gctl.daemon.site import Site
 from gctl.daemon.watch import Observation
 from gctl.gcpause import gc_paused
@@ -122,6 +123,7 @@ def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, d
     QOS limit) are left out of the pass; with them, why they wait.
     """
     snap = read(site.store.engine, now=now)
+    snap.state.interference = site.learned.interference(site.store.engine)
     for name in blocked:
         if name in snap.state.nodes:
             snap.state.drain(name, BLOCKED_BY)
@@ -194,8 +196,12 @@ def introspective_pass(
     inflight: Inflight,
     blocked: Collection[str] = (),
 ) -> Applied:
-    """The policy's periodic pass: time slicing, packing, migration, defragmentation, resizing."""
+    """The policy's periodic pass: time slicing, packing, migration, defragmentation, resizing.
+
+    First the slow-downs of measured packs are recorded (interference learned online).
+    """
     snap, _ = _read(site, now, blocked)
+    record_coruns(site.store.engine, snap, now)
     if not policy.wants_introspection(snap.state):
         return Applied()
     return decide_and_apply(

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from gctl.config import SitePolicy
 from gctl.core.model import GpuRef
 from gctl.daemon import jobfiles
+from gctl.daemon.interference import Learned
 from gctl.daemon.jobfiles import Mirror
 from gctl.hosts.engine import ContainerSpec, ContainerState, Engine
 from gctl.hosts.mounts import Mount
@@ -106,6 +107,8 @@ class Site:
         self.mirror = Mirror(mirror_root / self.store_id)
         self.grace = grace
         self.epoch = epoch
+        self.learned = Learned()
+        """Interference predicted from the co-runs measured so far."""
         self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}
         self._engines_lock = threading.Lock()
 

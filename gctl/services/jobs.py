@@ -25,6 +25,7 @@ from gctl.services.specs import JobRequest
 from gctl.store.engine import transaction
 from gctl.store.models import (
     AllocationRow,
+    CoRunRow,
     EventRow,
     GpuRow,
     IntentRow,
@@ -214,8 +215,15 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             .order_by(EventRow.id.desc())
             .limit(1)
         )
+        corun = s.execute(
+            select(CoRunRow.partner_id, CoRunRow.gpu_type, CoRunRow.slowdown, CoRunRow.at)
+            .where(CoRunRow.job_id == job_id)
+            .order_by(CoRunRow.packed_at.desc(), CoRunRow.id.desc())
+            .limit(1)
+        ).first()
         nodes = tuple(dict.fromkeys(n for n, _, _, _ in allocs))
         emulated = any(e for _, _, _, e in allocs)
+        packed = row.state == "RUNNING" and any(m == "packed" for _, _, m, _ in allocs)
         return JobDetail(
             view=_view(row, nodes),
             spec={
@@ -247,6 +255,16 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 # recorded (significant changes only); none once it left those GPUs.
                 "throttle": dict(throttle)
                 if throttle and row.state == "RUNNING" and row.job_class == "opportunistic"
+                else None,
+                # Its measured slow-down beside its pack partner (interference), while packed.
+                "interference": {
+                    "partner": corun[0],
+                    "gpu_type": corun[1],
+                    "slowdown": corun[2],
+                    "at": corun[3],
+                    "emulated": emulated,
+                }
+                if corun is not None and packed
                 else None,
             },
         )

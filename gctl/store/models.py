@@ -222,6 +222,28 @@ class ProfileRow(Base):
     progress_rate: Mapped[float]
 
 
+class CoRunRow(Base):
+    """A measured slow-down of a job beside another on shared GPUs: interference learned online.
+
+    One row per pack of two jobs (the latest measurement of it). Job ids are
+    kept without a foreign key: what two kinds of job do to each other stays
+    known after the jobs are purged.
+    """
+
+    __tablename__ = "coruns"
+    __table_args__ = (UniqueConstraint("job_id", "partner_id", "packed_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int]
+    partner_id: Mapped[int]
+    packed_at: Mapped[float]
+    kind: Mapped[str] = mapped_column(String(255))
+    partner_kind: Mapped[str] = mapped_column(String(255))
+    gpu_type: Mapped[str] = mapped_column(String(64))
+    slowdown: Mapped[float]
+    at: Mapped[float] = mapped_column(default=now)
+
+
 class IntentRow(Base):
     """Something an operator asked for that the daemon carries out (suspend, migrate, ...)."""
 

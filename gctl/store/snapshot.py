@@ -71,6 +71,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from gctl.core.decisions import Place, Suspend
+from gctl.core.interference import job_kind
 from gctl.core.model import (
     GPU,
     Cluster,
@@ -312,6 +313,8 @@ class _Loader:
                 JobRow.reason,
                 JobRow.mechanism,
                 JobRow.retry_at,
+                JobRow.image,
+                JobRow.command,
             )
             .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
             .order_by(JobRow.submit_time, JobRow.id)
@@ -339,7 +342,7 @@ class _Loader:
     ) -> _Job | None:
         """One job row as a :class:`_Job`, or None (with a problem unless simply held)."""
         (row_id, st, held, gpus, prio, cls, lo, hi, mem, datasets, profile, name, user) = row[:13]
-        submit_time, start_time, reason, mechanism, retry_at = row[13:]
+        submit_time, start_time, reason, mechanism, retry_at, image, command = row[13:]
         on_gpus = st in RUNNING_STATES or st in SUSPENDED_STATES
         if not on_gpus:
             waits = held or (retry_at is not None and retry_at > self.now)  # a start backed off
@@ -377,7 +380,7 @@ class _Loader:
                 elastic_max=hi,
                 gpu_mem_mb=mem,
                 datasets=tuple(map(str, datasets)) if datasets else (),
-                profile=profile,
+                profile=job_kind(profile, image, command),
                 name=name,
                 user=user,
                 # Unknown for a job that never ran: assumed, so that it may take turns with
