@@ -47,12 +47,26 @@ def run_cmd(
         str | None, typer.Option(help="START:END submit window, e.g. 0:7d or 2h:36h.")
     ] = None,
     plain: Annotated[
-        bool, typer.Option(help="Plain Tiresias/Muri model: no locality, packing or overheads.")
+        bool,
+        typer.Option(
+            help="Plain Tiresias/Muri model: no locality, packing, overheads or GPU types."
+        ),
     ] = False,
     locality: Annotated[bool, typer.Option(help="Model locality slow-down.")] = True,
     packing_effect: Annotated[bool, typer.Option(help="Model measured packed speeds.")] = True,
     overheads: Annotated[bool, typer.Option(help="Charge suspend/resume/migration.")] = True,
     elastic_speedup: Annotated[bool, typer.Option(help="Speed up grown jobs.")] = True,
+    gpu_types: Annotated[
+        bool, typer.Option(help="Model GPU types' speeds (K80 and P100 slower than V100).")
+    ] = True,
+    balance_batch: Annotated[
+        bool,
+        typer.Option(
+            "--balance-batch/--equal-split",
+            help="Split a job's batch over GPUs of different speeds to match them;"
+            " --equal-split: split it equally, so the slowest GPU sets the pace.",
+        ),
+    ] = True,
     elastic_fraction: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Fraction of jobs made elastic (seeded).")
     ] = 0.0,
@@ -99,6 +113,8 @@ def run_cmd(
             packing=packing_effect,
             overheads=overheads,
             elastic=elastic_speedup,
+            gpu_types=gpu_types,
+            balance=balance_batch,
         )
     )
     check_text(str(trace), "TRACE", limit=TEXT_MAX)

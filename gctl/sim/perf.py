@@ -10,23 +10,49 @@ there and is multiplied by:
   set the cluster offers a job of its size: the trace's duration was
   measured on such a set, so an 8-GPU job on a whole 8-GPU node or a 16-GPU
   job on two whole nodes runs at full speed);
-- its packed speed when it shares its GPUs with a concurrently running job
-  (measured pair throughputs, :func:`gctl.sim.profiles.packed_speeds`);
+- the speed of its workers (one per GPU), each the relative speed of its
+  GPU's type (:func:`gctl.sim.profiles.relative_speed`: the duration was
+  measured on V100s) times its packed speed when it shares its GPUs with a
+  concurrently running job (measured pair throughputs on that type,
+  :func:`gctl.sim.profiles.packed_speeds`), combined as below;
 - an elastic factor ``(held / asked) ** elastic_exponent`` when it was grown
   or shrunk;
 - for a production job with an opportunistic guest on its GPUs, and for
   that guest, their speeds under TGS rate control
   (:func:`gctl.sim.sharing.shared`; a guest on idle GPUs runs as any job).
 
+Workers on GPUs of different speeds
+-----------------------------------
+A data-parallel job's iteration waits for its slowest worker. Worker ``i``
+runs at ``r_i`` (its GPU type's relative speed times its packed speed). With
+the global batch ``B`` split equally over the ``n`` workers, the job runs at
+``min_i r_i``: the straggler sets the pace. With the batch balanced
+(:attr:`PerfConfig.balance`), worker ``i`` gets ``b_i`` samples so that the
+iteration times are equal. Take a worker's iteration time as linear in its
+batch, ``t_i(b) = (alpha + beta * b) / r_i`` (a fixed part and a per-sample
+part, both measured on a V100). Equal ``t_i = t`` means
+``b_i = (t * r_i - alpha) / beta``; summing, ``B = (t * sum_i r_i - n * alpha)
+/ beta``, so ``t = (B * beta + n * alpha) / sum_i r_i``. On ``n`` V100s the
+same batch takes ``alpha + beta * B / n = (B * beta + n * alpha) / n``, so
+the balanced job runs at ``sum_i r_i / n = mean_i r_i`` relative to V100s,
+whatever ``alpha`` and ``beta`` are (as long as every share ``b_i`` comes
+out non-negative, which a fixed part ``alpha`` small beside ``beta * B / n``
+ensures). On GPUs of one type both rules give that type's ``r``. Packing
+is per GPU set (all of a packed job's GPUs share the same partner), so the
+packed speed differs between workers only through the GPU type's pair
+table.
+
 Suspend/resume and migration cost the job the seconds Gandiva measured
 (:func:`gctl.sim.profiles.suspend_resume_cost_s`, ``migration_cost_s``).
 Every effect can be switched off; with all off the simulator runs the plain
 model of the Tiresias and Muri simulators (fixed durations, no packing gain,
-no locality effects, free preemption).
+no locality effects, free preemption, every GPU a V100). On a cluster of
+V100s only, the GPU-type effect and the batch split change nothing.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from gctl.core.model import JobStatus
@@ -46,11 +72,15 @@ class PerfConfig:
     elastic_exponent: float = 0.8
     control: RateControl = field(default_factory=RateControl)
     """The rate controller a guest beside a production job runs under."""
+    gpu_types: bool = True
+    """Whether a GPU's type sets its speed; off, every GPU counts as a V100."""
+    balance: bool = True
+    """Whether a job on GPUs of different speeds balances its batch over them (else equal split)."""
 
     @classmethod
     def plain(cls) -> PerfConfig:
-        """The Tiresias/Muri model: every effect off."""
-        return cls(locality=False, packing=False, overheads=False, elastic=False)
+        """The Tiresias/Muri model: every effect off, every GPU a V100."""
+        return cls(locality=False, packing=False, overheads=False, elastic=False, gpu_types=False)
 
 
 def speed(state: ClusterState, js: JobState, prof: profiles.ModelProfile, cfg: PerfConfig) -> float:
@@ -63,9 +93,7 @@ def speed(state: ClusterState, js: JobState, prof: profiles.ModelProfile, cfg: P
     if js.held != js.spec.gpus:
         ratio = js.held / js.spec.gpus
         rate *= ratio**cfg.elastic_exponent if cfg.elastic else min(ratio, 1.0)
-    members = state.groups.get(js.gpus, ())
-    if len(members) > 1:
-        rate *= _share(state, js, members, cfg)
+    rate *= _workers(state, js, cfg)
     beside = _beside(state, js)
     if beside is not None:
         host, guest = (beside, js) if js.opportunistic else (js, beside)
@@ -89,14 +117,48 @@ def _beside(state: ClusterState, js: JobState) -> JobState | None:
     return guest if guest.gpus == js.gpus and guest.status is JobStatus.RUNNING else None
 
 
-def _share(state: ClusterState, js: JobState, members: list[str], cfg: PerfConfig) -> float:
-    """Speed factor from running concurrently with the other members of a pack."""
+def _workers(state: ClusterState, js: JobState, cfg: PerfConfig) -> float:
+    """Speed of the job's workers together: GPU type and packing, straggler or balanced.
+
+    Each worker runs at its GPU type's relative speed times its packed speed
+    on that type; the job at their minimum (equal split) or their mean
+    (balanced batch), as the module docstring derives.
+    """
+    members = state.groups.get(js.gpus, ())
     running = [m for m in members if state.jobs[m].status is JobStatus.RUNNING]
+    if not cfg.gpu_types:
+        return _share(state, js, running, profiles.DEFAULT_GPU_TYPE, cfg)
+    counts = Counter(state.gpu_type(gpu) for gpu in js.gpus)
+    rates = {kind: _worker(state, js, running, kind, cfg) for kind in counts}
+    if len(rates) == 1:
+        return next(iter(rates.values()))
+    if cfg.balance:
+        return sum(counts[kind] * rate for kind, rate in rates.items()) / len(js.gpus)
+    return min(rates.values())
+
+
+def _worker(
+    state: ClusterState, js: JobState, running: list[str], gpu_type: str, cfg: PerfConfig
+) -> float:
+    """Speed of one worker of ``js`` on a GPU of ``gpu_type`` (a spec's name, e.g. ``K80``).
+
+    Its type's relative speed times its packed speed from that type's pair
+    table; a type without data packs as a V100.
+    """
+    table = profiles.data_gpu_type(gpu_type) or profiles.DEFAULT_GPU_TYPE
+    share = _share(state, js, running, table, cfg)
+    return profiles.relative_speed(js.spec.profile, gpu_type) * share
+
+
+def _share(
+    state: ClusterState, js: JobState, running: list[str], gpu_type: str, cfg: PerfConfig
+) -> float:
+    """Speed factor on a GPU of ``gpu_type`` (a data key) from the pack's other ``running`` jobs."""
     if len(running) <= 1:
         return 1.0
     if cfg.packing and len(running) == 2:
         other = state.jobs[running[0] if running[1] == js.id else running[1]]
-        pair = profiles.packed_speeds(js.spec.profile, other.spec.profile)
+        pair = profiles.packed_speeds(js.spec.profile, other.spec.profile, gpu_type=gpu_type)
         if pair is not None:
             return pair[0]
     return 1.0 / len(running)

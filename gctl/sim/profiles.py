@@ -57,6 +57,12 @@ Where the numbers come from
     GPU. A pair with an unknown model gets :data:`DEFAULT_PACKED_SPEED` (0.6)
     each, 1.2 aggregate: inside the -16 %..+46 % aggregate change Gandiva
     measured for "medium" jobs (DESIGN §2.1), a little above its midpoint.
+``relative_speed``
+    gavel's solo steps/s of the model's job type on a GPU type over its V100
+    steps/s (trace durations are ideal times on V100s): resnet18 0.086 on a
+    K80 and 0.75 on a P100, gpt2 0.29 and 1.05. A job without a known model
+    gets the geometric mean of the eight trace models for the type (K80
+    0.21, P100 0.76); a type without data (A100, say) counts as a V100.
 ``locality``
     Speed multiplier by how far apart the job's GPUs are (the simulator
     divides it by the factor of the tightest set the cluster has for the
@@ -97,7 +103,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib.resources import files
 from types import MappingProxyType
 from typing import Any
@@ -283,6 +289,47 @@ def packed_speeds(
     if pair is None:
         return None
     return (float(pair[0]), float(pair[1]))
+
+
+def data_gpu_type(gpu_type: str) -> str | None:
+    """The data's key (``k80``, ``p100``, ``v100``) for a GPU type name; None if it has no data.
+
+    Names are matched case-insensitively, so ``"K80"`` from a cluster spec
+    reads the ``k80`` measurements.
+    """
+    key = gpu_type.strip().lower()
+    return key if key in GPU_MEMORY_MB else None
+
+
+@cache
+def _solo_ratio(model: str, key: str) -> float:
+    """Solo steps/s of a known ``model`` on the GPU type ``key`` over its V100 steps/s."""
+    solo = _doc()["models"][model]["solo_steps_per_s"]
+    return float(solo[key]) / float(solo[DEFAULT_GPU_TYPE])
+
+
+@cache
+def _mean_ratio(key: str) -> float:
+    """Geometric mean of :func:`_solo_ratio` over the trace models for the GPU type ``key``."""
+    names = known_models()
+    return math.exp(sum(math.log(_solo_ratio(m, key)) for m in names) / len(names))
+
+
+@lru_cache(maxsize=4096)
+def relative_speed(model: str | None, gpu_type: str) -> float:
+    """How fast ``model`` trains on one GPU of ``gpu_type`` relative to one V100 (1.0).
+
+    gavel's solo steps/s of the model on that type over its V100 steps/s, as
+    trace durations are ideal run times on V100s. A model that is None or
+    unknown gets the geometric mean over the trace models for the type. The
+    type name is matched case-insensitively (``"K80"``, ``"p100"``); a type
+    without data (an A100, say) counts as a V100: 1.0.
+    """
+    key = data_gpu_type(gpu_type)
+    if key is None:
+        return 1.0
+    name = _known(model)
+    return _mean_ratio(key) if name is None else _solo_ratio(name, key)
 
 
 def locality_factor(model: str | None, spread: Spread) -> float:
