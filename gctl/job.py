@@ -18,6 +18,16 @@ checkpoints when gctl asks for them::
                 sys.exit(0)
     run.finish()                            # done: gctl may now record it COMPLETED
 
+A data-parallel loop over several GPUs also gives its global batch and
+takes each worker's local batch from gctl, which balances them over unequal
+GPUs (the global batch never changes)::
+
+    run = job.start(batch=256)
+    for step in ...:
+        local = run.batch_size(rank)        # this step's batch of worker ``rank``
+        ...                                 # forward/backward on ``local`` samples
+        run.step(step + 1, total, worker_times=times)  # each worker's compute seconds
+
 What gctl and the job agree on, in the job directory (``$GCTL_JOB_DIR``,
 ``/gctl`` in the container, kept on the host across restarts):
 
@@ -31,6 +41,15 @@ What gctl and the job agree on, in the job directory (``$GCTL_JOB_DIR``,
 - ``checkpoint.json``: ``{"step", "state", "time"}`` written atomically and
   synced after the job's own files in ``checkpoint/``; a restarted job
   resumes from it, on the same GPUs or elsewhere.
+- ``split.json`` (written by gctl): ``{"version", "plan": [[split, steps],
+  ..., [split, null]]}``, a split being one local batch per worker summing
+  to the global batch; the loop runs each split for its steps (a short
+  profile at a few splits, so that gctl can fit each worker's batch-size to
+  time curve), then holds the last. A new version is taken at the next step
+  boundary; a split that does not fit (wrong worker count or sum) is
+  ignored. ``progress.json`` then carries ``"batch": {"global", "local",
+  "version", "points"}``, ``points`` being ``[worker, local batch, mean
+  seconds, steps]`` for every batch size each worker ran at in this run.
 - Signals: SIGUSR1 asks for a checkpoint at the next batch boundary, then
   the job carries on; SIGTERM (``docker stop``) and SIGINT ask for a
   checkpoint and a clean exit. Either way the loop decides when, so a
@@ -51,6 +70,9 @@ from pathlib import Path
 from typing import Any
 
 PROGRESS_FILE = "progress.json"
+SPLIT_FILE = "split.json"
+MAX_POINTS = 64
+"""Most (worker, batch size) points a run keeps for its report."""
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_DIR = "checkpoint"
 SDK_VERSION = 1
@@ -77,6 +99,8 @@ class Run:
         self.node = env.get("GCTL_NODE")
         self.gpus = int(env.get("GCTL_GPUS", "0") or 0)
         self.gpu_uuids = [u for u in env.get("GCTL_GPU_UUIDS", "").split(",") if u]
+        self.gpu_models = [m for m in env.get("GCTL_GPU_MODELS", "").split(",") if m]
+        """Each GPU's model (``V100``, ...): worker ``i`` runs on the ``i``-th."""
         self.emulated_gpus = env.get("GCTL_EMULATED_GPUS") == "1"
         self.dir = Path(env.get("GCTL_JOB_DIR") or "/gctl")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -87,6 +111,13 @@ class Run:
         self._recent: deque[float] = deque(maxlen=11)
         self._asked_checkpoint = False
         self._asked_exit = False
+        self.global_batch: int | None = None
+        """The job's global batch (``start(batch=...)``); None: gctl does not split it."""
+        self._plan: list[tuple[list[int], int | None]] = []
+        self._plan_step = 0
+        self._split_version = 0
+        self._split_seen: tuple[int, int] | None = None
+        self._points: dict[tuple[int, int], tuple[float, int]] = {}
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._asked_checkpoint = True
@@ -118,12 +149,84 @@ class Run:
         state = saved.get("state")
         return dict(state) if isinstance(state, dict) else {"step": int(saved.get("step", 0))}
 
-    def step(self, step: int, steps: int | None = None, *, force: bool = False) -> bool:
+    def batch_sizes(self) -> list[int]:
+        """The local batch of every worker (one per GPU) for this step: gctl's split, else equal."""
+        if self.global_batch is None:
+            raise RuntimeError("no global batch: start the run with job.start(batch=...)")
+        if self._plan:
+            return list(self._plan[0][0])
+        workers = max(self.gpus, 1)
+        base, extra = divmod(self.global_batch, workers)
+        return [base + (1 if i < extra else 0) for i in range(workers)]
+
+    def batch_size(self, worker: int = 0) -> int:
+        """The local batch of worker ``worker`` (0 to GPUs - 1) for this step."""
+        return self.batch_sizes()[worker]
+
+    def _next_split(self, worker_times: list[float] | None) -> None:
+        """At a step boundary: record the workers' times, move along the plan, read a new one."""
+        if self.global_batch is None:
+            return
+        if worker_times:
+            sizes = self.batch_sizes()
+            for worker in range(min(len(sizes), len(worker_times))):  # no zip(strict=): 3.8
+                key, took = (worker, sizes[worker]), worker_times[worker]
+                if key in self._points or len(self._points) < MAX_POINTS:
+                    total, count = self._points.get(key, (0.0, 0))
+                    self._points[key] = (total + float(took), count + 1)
+        if self._plan:
+            self._plan_step += 1
+            steps = self._plan[0][1]
+            if steps is not None and self._plan_step >= steps and len(self._plan) > 1:
+                self._plan.pop(0)
+                self._plan_step = 0
+        self._read_split()
+
+    def _read_split(self) -> None:
+        """Take a new ``split.json`` (one stat per step when it is unchanged)."""
+        path = self.dir / SPLIT_FILE
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        seen = (st.st_mtime_ns, st.st_size)
+        if seen == self._split_seen:
+            return
+        self._split_seen = seen
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            version = int(doc["version"])
+            plan = [
+                ([int(b) for b in split], None if n is None else int(n)) for split, n in doc["plan"]
+            ]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        workers = max(self.gpus, 1)
+        fits = all(
+            len(split) == workers and sum(split) == self.global_batch and min(split) >= 1
+            for split, _ in plan
+        )
+        if version > self._split_version and plan and fits:
+            self._split_version = version
+            self._plan = plan
+            self._plan_step = 0
+
+    def step(
+        self,
+        step: int,
+        steps: int | None = None,
+        *,
+        force: bool = False,
+        worker_times: list[float] | None = None,
+    ) -> bool:
         """Report that mini-batch ``step`` (of ``steps``) is done; whether a checkpoint is due.
 
         Progress reaches the disk at most every ``report_every`` seconds (and
         always with ``force``), so a fast loop is not slowed by it.
+        ``worker_times`` are the seconds each worker computed this step (for
+        a run started with a global batch): gctl balances the split by them.
         """
+        self._next_split(worker_times)
         now = time.monotonic()
         self._recent.append(now)
         last = steps is not None and step >= steps
@@ -142,8 +245,22 @@ class Run:
                 progress["rate"] = (len(self._recent) - 1) / span
             if last:
                 progress["done"] = True
+            if self.global_batch is not None:
+                progress["batch"] = self._batch_report()
             _write_json(self.dir / PROGRESS_FILE, progress, sync=last)
         return self._asked_checkpoint
+
+    def _batch_report(self) -> dict[str, object]:
+        """The ``batch`` entry of ``progress.json``."""
+        return {
+            "global": self.global_batch,
+            "local": self.batch_sizes(),
+            "version": self._split_version,
+            "points": [
+                [worker, local, total / count, count]
+                for (worker, local), (total, count) in sorted(self._points.items())
+            ],
+        }
 
     def finish(self, step: int | None = None) -> None:
         """Say the job's work is done (its final report), before it exits 0.
@@ -173,13 +290,19 @@ class Run:
         self._asked_checkpoint = False
 
 
-def start(*, listen: bool = True) -> Run:
+def start(*, listen: bool = True, batch: int | None = None) -> Run:
     """The run of this container, from the ``GCTL_*`` environment; signals taken if asked.
 
     A first run writes a progress report at once, so gctl knows the job uses
-    the SDK even if it is stopped before its first step.
+    the SDK even if it is stopped before its first step. ``batch`` is the
+    job's global batch, to be split over its GPUs by gctl (:meth:`Run.batch_size`).
     """
     run = Run()
+    if batch is not None:
+        if batch < max(run.gpus, 1):
+            raise ValueError(f"a global batch of {batch} cannot be split over {run.gpus} GPUs")
+        run.global_batch = batch
+        run._read_split()
     if not (run.dir / PROGRESS_FILE).exists():
         first = {"step": 0, "time": time.time(), "sdk": SDK_VERSION}
         _write_json(run.dir / PROGRESS_FILE, first, sync=False)

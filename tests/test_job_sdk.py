@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,3 +135,61 @@ def test_sdk_runs_alone_in_an_image_without_gctl(tmp_path: Path) -> None:
         out = subprocess.run([sys.executable, "-S", "-c", loop], env=env, cwd=tmp_path,
                              capture_output=True, text=True, check=True)  # fmt: skip
         assert out.stdout.strip() == expect
+
+
+def _split(run: job.Run, version: int, plan: list[tuple[list[int], int | None]]) -> None:
+    """Write split.json as the daemon does, with a fresh mtime."""
+    path = run.dir / job.SPLIT_FILE
+    path.write_text(json.dumps({"version": version, "plan": plan}))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + version))
+
+
+def _batch(run: job.Run) -> dict[str, object]:
+    return dict(json.loads((run.dir / job.PROGRESS_FILE).read_text())["batch"])
+
+
+def test_local_batches_follow_gctls_plan_and_report_each_workers_times(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    run.global_batch = 256
+    assert run.batch_sizes() == [128, 128]  # no split from gctl yet: equal
+    _split(run, 1, [([128, 128], 2), ([96, 160], 2), ([160, 96], None)])
+    seen = []
+    for step in range(1, 8):
+        seen.append(run.batch_sizes())
+        b0, b1 = run.batch_sizes()
+        run.step(step, 100, force=True, worker_times=[0.01 * b0, 0.003 * b1])
+    # the plan is taken at the first step boundary, each split for its steps, the last held
+    assert seen == [[128, 128], [128, 128], [128, 128], [96, 160], [96, 160], [160, 96], [160, 96]]
+    report = _batch(run)
+    assert (report["global"], report["local"], report["version"]) == (256, [160, 96], 1)
+    points = {(w, b): (round(t, 6), n) for w, b, t, n in report["points"]}  # type: ignore[attr-defined]
+    assert points[(0, 96)] == (0.96, 2) and points[(1, 160)] == (0.48, 2)
+    assert points[(0, 128)] == (1.28, 3)
+
+
+def test_a_split_that_does_not_fit_or_is_old_is_ignored(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    run.global_batch = 100
+    _split(run, 2, [([60, 40], None)])
+    run.step(1, force=True)
+    assert run.batch_sizes() == [60, 40]
+    for bad in ([[70, 40], None], [[100], None], [[100, 0], None]):
+        _split(run, 3, [bad])  # type: ignore[list-item]
+        run.step(2, force=True)
+        assert run.batch_sizes() == [60, 40]
+    _split(run, 1, [([10, 90], None)])  # older than what it runs
+    run.step(3, force=True)
+    assert run.batch_sizes() == [60, 40]
+    (run.dir / job.SPLIT_FILE).write_text("{not json")
+    run.step(4, force=True)
+    assert run.batch_sizes() == [60, 40]
+
+
+def test_start_refuses_a_batch_smaller_than_its_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_signals: None
+) -> None:
+    monkeypatch.setenv("GCTL_JOB_DIR", str(tmp_path / "j"))
+    monkeypatch.setenv("GCTL_GPUS", "4")
+    with pytest.raises(ValueError, match="batch of 2 cannot be split over 4 GPUs"):
+        job.start(batch=2)
+    assert job.start(batch=8).batch_sizes() == [2, 2, 2, 2]

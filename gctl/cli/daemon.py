@@ -103,11 +103,27 @@ def daemon(
             " job.",
         ),
     ] = 1.0,
+    profile_steps: Annotated[
+        int,
+        typer.Option(
+            min=2,
+            max=100_000,
+            help="Most steps a data-parallel job's batch profile takes (jobs that give the SDK"
+            " their global batch).",
+        ),
+    ] = 30,
+    profile_seconds: Annotated[
+        float,
+        typer.Option(
+            min=1.0, max=PERIOD_MAX, help="Most seconds a data-parallel job's batch profile takes."
+        ),
+    ] = 60.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every step.")] = False,
 ) -> None:
     """Place and manage jobs on the hosts until stopped (SIGTERM/SIGINT); jobs keep running."""
     from gctl.core.policy import load_policy
     from gctl.daemon import metrics as daemon_metrics
+    from gctl.daemon.batching import BatchOptions
     from gctl.daemon.loop import Daemon, DaemonConfig
 
     for value, flag in (
@@ -130,6 +146,7 @@ def daemon(
             dcgm_dir=dcgm_dir,
             colocate=colocate,
             control_every=control_every,
+            batching=BatchOptions(profile_steps=profile_steps, profile_seconds=profile_seconds),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

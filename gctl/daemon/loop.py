@@ -51,6 +51,7 @@ from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
 from gctl.core.tgs import RateControl
 from gctl.daemon import dcgm, ends, intents, jobfiles, lease, passes
+from gctl.daemon.batching import Balancer, BatchOptions
 from gctl.daemon.health import Heartbeat
 from gctl.daemon.inflight import Inflight, Work
 from gctl.daemon.jobfiles import mirror_dir
@@ -107,6 +108,8 @@ class DaemonConfig:
     rate_control: RateControl | None = field(default_factory=RateControl)
     """The TGS controller's options for opportunistic jobs beside production jobs; None runs
     them unthrottled (only to measure what the control is worth)."""
+    batching: BatchOptions = field(default_factory=BatchOptions)
+    """Bounds of a data-parallel job's batch profile, and the least gain worth a new split."""
 
     def __post_init__(self) -> None:
         """Reject periods no loop can keep."""
@@ -241,6 +244,7 @@ class _Loop:
         lease_s = max(5.0, 5 * self.cfg.control_every)
         control = self.cfg.rate_control
         self.throttles = Throttles(control, lease=lease_s) if control is not None else None
+        self.balancer = Balancer(self.cfg.batching)
 
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
@@ -283,6 +287,7 @@ class _Loop:
                     site, self.daemon.policy, now(), decided, self.inflight, watch.blocked
                 ),
             )
+            _step("balance", self._balance)
         idle = self._dcgm is None or self._dcgm.future.done()
         if cfg.dcgm_dir and at >= self.due["dcgm"] and idle:
             self.due["dcgm"] = at + cfg.heartbeat_every
@@ -290,6 +295,18 @@ class _Loop:
             self._dcgm = self.inflight.submit(
                 "dcgm job mapping", lambda: dcgm.sync(site.store, site.pool, directory)
             )
+
+    def _balance(self) -> None:
+        """Profile and split the batches of data-parallel jobs (:mod:`gctl.daemon.batching`)."""
+        reports = {
+            job_id: (o.attempts[job_id], report)
+            for o in self.watch.latest.values()
+            for job_id, report in o.reports.items()
+            if job_id in o.attempts
+        }
+        predict = self.site.learned.interference(self.site.store.engine)
+        writes = self.balancer.decide(self.site, reports, predict)
+        self.balancer.send(self.site, self.inflight, writes)
 
     def _nodes_and_jobs(self) -> tuple[dict[str, NodeRow], dict[str, list[JobHere]]]:
         """Every node (GPUs loaded), and the jobs holding GPUs on each; the pairs updated."""

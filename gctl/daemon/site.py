@@ -171,7 +171,7 @@ class Site:
             node = nodes.get(name)
             if node is None:
                 raise HostError(name, "node removed from the store")
-            gpus = [g for g in node.gpus if g.index in indices]
+            gpus = sorted((g for g in node.gpus if g.index in indices), key=lambda g: g.index)
             self.prepare(node, job.id, job.attempt, user)
             self.engine(node).start(
                 ContainerSpec(
@@ -184,6 +184,7 @@ class Site:
                     command=tuple(job.command),
                     gpu_indices=tuple(sorted(indices)),
                     gpu_uuids=tuple(g.uuid or f"GPU-{name}-{g.index}" for g in gpus),
+                    gpu_models=tuple(g.model for g in gpus),
                     job_dir=hostops.job_dir(node, self.store_id, job.id, job.attempt),
                     emulated=node.emulated,
                     env=dict(job.env),

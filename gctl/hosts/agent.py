@@ -42,6 +42,11 @@ and a JSON answer on stdout:
     pending (a stop or a checkpoint asked of a frozen job: the job gets it at
     once, never after a frozen stretch). It shares the freezer with ``docker
     pause``: the daemon stops a container's throttle before it pauses it.
+``split-set``
+    Writes a job's batch split (``split.json``, see :mod:`gctl.job`) into
+    its job directory, atomically, owned like the directory. The directory
+    is the job's user's: the temporary file is created exclusively and never
+    through a link the user left there.
 ``observe`` also carries the throttle settings of the node's opportunistic
 jobs (``throttles``: ``throttle-set`` requests, or ``{"dir", "stop": true}``
 to remove one), so that a control step costs no extra round trip.
@@ -375,6 +380,23 @@ def throttle_set(request: dict[str, Any]) -> dict[str, Any]:
     return {"started": _detach(tdir, THROTTLE_LOG, "throttle", tdir), "beta": beta}
 
 
+def split_set(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``split-set`` mode: ``split.json`` in the job directory ``dir``; its version."""
+    job_dir = str(request["dir"])
+    split = request["split"]
+    data = json.dumps({"version": int(split["version"]), "plan": split["plan"]}).encode()
+    st = os.stat(job_dir, follow_symlinks=False)
+    tmp = os.path.join(job_dir, f".split.{os.getpid()}.{time.time_ns()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, data)
+        os.fchown(fd, st.st_uid, st.st_gid)
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(job_dir, "split.json"))
+    return {"version": int(split["version"])}
+
+
 def throttle_stop(tdir: str) -> dict[str, Any]:
     """Remove a throttle's setting: it thaws its container and exits within a period."""
     try:
@@ -469,6 +491,7 @@ def main(argv: list[str]) -> int:
         "prepare": prepare,
         "standdown": standdown,
         "throttle-set": throttle_set,
+        "split-set": split_set,
     }
     if mode not in modes:
         print(f"usage: {argv[0]} {'|'.join(modes)} < request.json", file=sys.stderr)

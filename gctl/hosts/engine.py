@@ -77,6 +77,8 @@ class ContainerSpec:
     gpu_indices: tuple[int, ...]
     gpu_uuids: tuple[str, ...]
     job_dir: str
+    gpu_models: tuple[str, ...] = ()
+    """Each GPU's model (``V100``, ``K80``, ...), in the order of ``gpu_indices``."""
     emulated: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
@@ -112,6 +114,7 @@ class ContainerSpec:
                 "GCTL_GPUS": str(len(self.gpu_indices)),
                 "GCTL_GPU_INDICES": gpus,
                 "GCTL_GPU_UUIDS": ",".join(self.gpu_uuids),
+                "GCTL_GPU_MODELS": ",".join(self.gpu_models),
             }
         )
         if self.emulated:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
@@ -127,11 +127,12 @@ class NodeView:
 
 
 def parse_emulated(text: str) -> list[GpuRow]:
-    """GPU rows for ``--emulate-gpus``: ``NxTYPE-MEM`` or a one-node ``.toml`` file.
+    """GPU rows for ``--emulate-gpus``: ``NxTYPE-MEM[,NxTYPE-MEM...]`` or a one-node ``.toml`` file.
 
-    ``4xV100-16GB`` gets the default PCIe layout; the file, in ``gctl sim``'s
-    cluster format with one ``[[nodes]]`` table, can also say
-    ``topology = "nvlink"``.
+    ``4xV100-16GB`` gets the default PCIe layout; ``2xK80-12GB,2xV100-16GB``
+    a node of mixed models, numbered in that order, in the layout of its
+    total count; the file, in ``gctl sim``'s cluster format with one
+    ``[[nodes]]`` table, can also say ``topology = "nvlink"``.
     """
     try:
         if text.endswith(".toml"):
@@ -140,14 +141,20 @@ def parse_emulated(text: str) -> list[GpuRow]:
                 raise ClusterSpecError(f"describes {len(found)} nodes; give exactly one")
             gpus = found[0].gpus
         else:
-            m = _EMULATE.fullmatch(text.strip())
-            if m is None:
-                raise ServiceError(
-                    f"--emulate-gpus {shown(text)}: expected COUNTxTYPE-MEMORY (e.g. 4xV100-16GB)"
-                    " or a .toml file"
-                )
-            model, memory_mb = parse_gpu_kind(m.group(2))
-            gpus = node_gpus(int(m.group(1)), gpu_type=model, memory_mb=memory_mb)
+            kinds: list[tuple[str, int]] = []
+            for part in text.split(","):
+                m = _EMULATE.fullmatch(part.strip())
+                if m is None:
+                    raise ServiceError(
+                        f"--emulate-gpus {shown(text)}: expected COUNTxTYPE-MEMORY"
+                        " (e.g. 4xV100-16GB, or 2xK80-12GB,2xV100-16GB) or a .toml file"
+                    )
+                kinds += [parse_gpu_kind(m.group(2))] * int(m.group(1))
+            layout = node_gpus(len(kinds), gpu_type=kinds[0][0], memory_mb=kinds[0][1])
+            gpus = tuple(
+                replace(g, type=model, memory_mb=memory_mb)
+                for g, (model, memory_mb) in zip(layout, kinds, strict=True)
+            )
     except ClusterSpecError as exc:
         raise ServiceError(f"--emulate-gpus {shown(text)}: {exc}") from None
     return [

@@ -244,6 +244,26 @@ class CoRunRow(Base):
     at: Mapped[float] = mapped_column(default=now)
 
 
+class BatchCurveRow(Base):
+    """A job's fitted batch-size curve on one GPU model: seconds per step = alpha + beta * batch.
+
+    ``points`` are the ``[batch, seconds]`` it was fitted to. Kept without a
+    foreign key, so a later job of the same kind can borrow it.
+    """
+
+    __tablename__ = "batch_curves"
+    __table_args__ = (UniqueConstraint("job_id", "gpu_type"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(255), index=True)
+    gpu_type: Mapped[str] = mapped_column(String(64))
+    alpha: Mapped[float]
+    beta: Mapped[float]
+    points: Mapped[list[Any]] = mapped_column(default=list)
+    at: Mapped[float] = mapped_column(default=now)
+
+
 class IntentRow(Base):
     """Something an operator asked for that the daemon carries out (suspend, migrate, ...)."""
 

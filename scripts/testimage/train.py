@@ -2,6 +2,7 @@
 
     python3 /opt/gctl/train.py [--steps N] [--step-time S] [--checkpoint-every K]
                                [--fail-at STEP] [--alloc-mb MB] [--gpu-busy F]
+                               [--batch B --sample-time T [--fixed-time A]]
 
 Built on the job SDK (``gctl.job``), as a real training loop would be. It
 resumes from the last checkpoint in ``$GCTL_JOB_DIR`` (default ``/gctl``),
@@ -21,6 +22,15 @@ the job's emulated GPUs, so jobs sharing one queue for it as their kernels
 would on a real GPU: a file per GPU holds when it is next free, and a step
 takes the first slot free on all its GPUs (under ``flock`` for the instant
 of the reservation only, so a frozen job never blocks the others).
+
+``--batch B`` makes it a data-parallel job of global batch ``B`` over its
+GPUs (one worker each), split as gctl says (``run.batch_size``). Each step,
+worker ``i`` computes ``(A + T * b_i) / speed`` seconds on its own GPU
+(``A`` = ``--fixed-time``, ``T`` = ``--sample-time``, ``b_i`` its local
+batch), ``speed`` being its GPU model's emulated speed relative to a V100
+(:data:`EMULATED_SPEED`); the step ends when the slowest worker is done, and
+each worker's time (queueing behind other jobs on a shared GPU included) is
+reported to gctl. It needs emulated GPUs.
 """
 
 from __future__ import annotations
@@ -38,6 +48,12 @@ STARTS_LOG = "starts.log"
 """Appended in the job directory at every start: ``ATTEMPT STEP`` (the step it resumed at)."""
 CHECKPOINTS_LOG = "checkpoints.log"
 """Appended in the job directory at every checkpoint: ``ATTEMPT STEP``."""
+
+
+EMULATED_SPEED = {"K80": 0.213, "P100": 0.762, "V100": 1.0}
+"""Training speed of a GPU model relative to a V100, for emulated GPUs: the geometric mean
+over the simulator's eight trace models of gavel's measured solo throughputs
+(``gctl/sim/data/profiles.json``); other models count as a V100."""
 
 
 class EmulatedGpus:
@@ -64,6 +80,21 @@ class EmulatedGpus:
                 h.close()  # closing releases the lock
         time.sleep(max(0.0, start + seconds - time.time()))
 
+    def compute_each(self, seconds: list[float]) -> list[float]:
+        """Each GPU computes its own ``seconds`` at once (workers); each one's time till done."""
+        begun = time.time()
+        ends = []
+        for f, took in zip(self.files, seconds, strict=True):
+            with open(f, "r+", encoding="ascii") as h:
+                fcntl.flock(h, fcntl.LOCK_EX)
+                start = max(begun, float(h.read() or 0))
+                h.seek(0)
+                h.truncate()
+                h.write(repr(start + took))
+            ends.append(start + took)
+        time.sleep(max(0.0, max(ends) - time.time()))
+        return [end - begun for end in ends]
+
 
 def gpus_from_env() -> EmulatedGpus | None:
     """The emulated GPUs gctl gave this job, if it runs on emulated GPUs."""
@@ -83,10 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fail-at", type=int, default=0, metavar="STEP")
     p.add_argument("--alloc-mb", type=int, default=0, metavar="MB")
     p.add_argument("--gpu-busy", type=float, default=0.0, metavar="F")
+    p.add_argument("--batch", type=int, default=0, metavar="B")
+    p.add_argument("--sample-time", type=float, default=0.0, metavar="T")
+    p.add_argument("--fixed-time", type=float, default=0.0, metavar="A")
     args = p.parse_args(argv)
-    gpus = gpus_from_env() if args.gpu_busy > 0 else None
+    gpus = gpus_from_env() if args.gpu_busy > 0 or args.batch else None
+    if args.batch and gpus is None:
+        p.error("--batch needs emulated GPUs")
 
-    run = job.start()
+    run = job.start(batch=args.batch or None)
+    models = run.gpu_models or ["V100"] * max(run.gpus, 1)
+    speeds = [EMULATED_SPEED.get(m.upper(), 1.0) for m in models]
     step = int((run.resume() or {}).get("step", 0))
     if step:
         print(f"resuming from step {step}", flush=True)
@@ -104,10 +142,19 @@ def main(argv: list[str] | None = None) -> int:
         ballast[::4096] = b"\1" * len(range(0, len(ballast), 4096))  # touch every page
         print(f"allocated {args.alloc_mb} MB", flush=True)
 
+    worker_times: list[float] = []
+
     def work() -> float:
         """Start a step: its GPU compute first; when the rest of it is due to end."""
         begun = time.monotonic()
-        if gpus is not None:
+        if gpus is not None and args.batch:
+            local = run.batch_sizes()
+            need = [
+                (args.fixed_time + args.sample_time * b) / v
+                for b, v in zip(local, speeds, strict=True)
+            ]
+            worker_times[:] = gpus.compute_each(need)
+        elif gpus is not None:
             gpus.compute(args.gpu_busy * args.step_time)
         return max(time.monotonic(), begun + args.step_time)
 
@@ -122,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         step += 1
         deadline = work()
-        run.step(step, args.steps, force=True)
+        run.step(step, args.steps, force=True, worker_times=worker_times or None)
         print(f"step {step}/{args.steps}", flush=True)
         if step == args.fail_at:
             print(f"failing at step {step}", file=sys.stderr, flush=True)

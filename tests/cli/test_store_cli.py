@@ -155,6 +155,14 @@ def test_config_file_nested_too_deeply_is_one_line(
     assert len(err.strip().splitlines()) == 1
 
 
+def test_a_node_of_mixed_emulated_models(gdb: Path) -> None:
+    ok("node", "add", "mix", "--host", "10.0.0.3", *FP, "--emulate-gpus", "1xK80-12GB,2xV100-16GB")
+    gpus = json.loads(ok("node", "show", "mix", "--json"))["gpus"]
+    assert [(g["index"], g["model"]) for g in gpus] == [(0, "K80"), (1, "V100"), (2, "V100")]
+    code, _, err = run("node", "add", "bad", "--host", "h", *FP, "--emulate-gpus", "1xK80-12GB,")
+    assert code != 0 and "expected COUNTxTYPE-MEMORY" in err and len(err.splitlines()) == 1
+
+
 def test_node_lifecycle_with_reasons_like_sinfo(gdb: Path) -> None:
     ok("node", "add", "gpu01", "--host", "10.0.0.1", *FP, "--emulate-gpus", "4xV100-16GB")
     ok("node", "add", "gpu02", "--host", "10.0.0.2", *FP, "--emulate-gpus", "8xA100-80GB")

@@ -131,3 +131,28 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
     except OSError:
         return True
+
+
+def test_split_set_writes_the_plan_owned_like_the_job_dir_and_never_through_a_link(
+    tmp_path: Path,
+) -> None:
+    job_dir = tmp_path / "a0"
+    job_dir.mkdir()
+    os.chown(job_dir, 1234, 1234)
+    plan = [[[200, 56], None]]
+    assert run_mode("split-set", {"dir": str(job_dir), "split": {"version": 3, "plan": plan}}) == {
+        "version": 3
+    }
+    written = job_dir / "split.json"
+    assert json.loads(written.read_text()) == {"version": 3, "plan": plan}
+    assert (written.stat().st_uid, written.stat().st_gid) == (1234, 1234)
+    # the job's user swaps split.json for a link to a file of root's: the link is replaced,
+    # the file it pointed at untouched
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    written.unlink()
+    written.symlink_to(victim)
+    run_mode("split-set", {"dir": str(job_dir), "split": {"version": 4, "plan": plan}})
+    assert victim.read_text() == "root's\n"
+    assert not written.is_symlink() and json.loads(written.read_text())["version"] == 4
+    assert [p.name for p in job_dir.iterdir()] == ["split.json"]  # no temporary file left
