@@ -12,7 +12,7 @@ change. The target (issue 21): >= 10 % lower avg JCT for the packed jobs.
 Figures come from the simulator's performance model (gavel's measured pair
 speeds), not from GPUs.
 
-Run: ``.venv/bin/python bench/interference_packing.py [--cluster 8x8]
+Run: ``.venv/bin/python bench/interference_packing.py [--cluster bench/clusters/mixed.toml]
 [--trace traces/philly_models_trace3.csv ...] [-o KEY=VALUE ...]``.
 """
 
@@ -57,7 +57,7 @@ def _jct(sim: Simulator, jobs: set[str] | None = None) -> float:
 def main() -> None:
     """Run each trace both ways and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cluster", default="8x8")
+    ap.add_argument("--cluster", default=str(ROOT / "bench" / "clusters" / "mixed.toml"))
     ap.add_argument("--trace", action="append", help="trace file (repeatable)")
     ap.add_argument("-o", "--option", action="append", default=[], help="gandiva KEY=VALUE")
     args = ap.parse_args()

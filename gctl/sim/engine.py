@@ -77,7 +77,8 @@ class Simulator:
     horizon: float | None = None
     sharing: Sharing = field(default_factory=Sharing)
     interference: Interference | None = field(default_factory=table_interference)
-    """What the policy may predict interference from (the pair table by default)."""
+    """What the policy may predict interference from (the pair table by default; none when
+    the performance model leaves packing's effect out)."""
 
     def run(
         self, jobs: Sequence[TraceJob], progress: Callable[[int, int], None] | None = None
@@ -86,7 +87,8 @@ class Simulator:
         started = time.perf_counter()
         total = self.cluster.total_gpus
         self.state = ClusterState(self.cluster)
-        self.state.interference = self.interference
+        # the pair table describes the packing effect; the plain model has none
+        self.state.interference = self.interference if self.perf_config.packing else None
         self.driven = WithGuests(self.policy, self.sharing)
         self.runs: dict[str, _Run] = {}
         self.counters = Counters()
@@ -302,7 +304,10 @@ class Simulator:
             packed = js.packed_at
             if seen is None or seen.progress_rate != speed or (packed and seen.at < packed):
                 prof = run.profile
-                util = min(prof.gpu_util * speed, 1.0)
+                # its share of the GPU's time: busier on a slower GPU, less when it runs
+                # slower for other reasons (a partner, locality)
+                r = perf.type_speed(self.state, js, self.perf_config)
+                util = min(perf.busy_util(prof.gpu_util, r) * speed / r, 1.0)
                 self.state.observe(job_id, Observed(now, util, prof.gpu_mem_mb, speed))
             finish = now + max(run.work_left, 0.0) / run.speed
             self._push(finish + _EPS, _FINISH, job_id, run.version)

@@ -137,6 +137,27 @@ def _workers(state: ClusterState, js: JobState, cfg: PerfConfig) -> float:
     return min(rates.values())
 
 
+def type_speed(state: ClusterState, js: JobState, cfg: PerfConfig) -> float:
+    """How fast the job's GPU types run it alone relative to V100s: the mean over its GPUs."""
+    if not cfg.gpu_types or not js.gpus:
+        return 1.0
+    return sum(profiles.relative_speed(js.spec.profile, state.gpu_type(g)) for g in js.gpus) / len(
+        js.gpus
+    )
+
+
+def busy_util(util: float, type_speed: float) -> float:
+    """GPU utilisation of a job of V100 utilisation ``util`` on GPUs ``type_speed`` as fast.
+
+    Its GPU stage takes ``1 / type_speed`` as long and the rest (input, CPU)
+    as long as before: ``(u / r) / (u / r + 1 - u)``. A slower GPU is busier.
+    """
+    if type_speed == 1.0 or util <= 0.0:
+        return util
+    gpu = util / type_speed
+    return gpu / (gpu + 1.0 - util)
+
+
 def _worker(
     state: ClusterState, js: JobState, running: list[str], gpu_type: str, cfg: PerfConfig
 ) -> float:

@@ -243,3 +243,11 @@ def test_sim_run_equal_split_slows_jobs_on_the_mixed_cluster() -> None:
     balanced, equal, v100s = avg_jct(), avg_jct("--equal-split"), avg_jct("--no-gpu-types")
     assert avg_jct("--balance-batch") == balanced
     assert v100s < balanced < equal
+
+
+def test_a_slower_gpu_is_busier_with_the_same_job() -> None:
+    """Utilisation a job shows: its GPU stage stretches on a slower GPU, the rest does not."""
+    assert perf.busy_util(0.5, 1.0) == 0.5
+    assert perf.busy_util(0.5, 0.5) == pytest.approx(2 / 3)  # 1 s of GPU per 0.5 s of input
+    assert perf.busy_util(0.1, 0.213) > 0.3
+    assert perf.busy_util(0.0, 0.2) == 0.0
