@@ -541,6 +541,13 @@ def _interference(i: dict[str, Any]) -> str:
     )
 
 
+def _split(sp: dict[str, Any]) -> str:
+    """``show job``'s line on the batch split gctl last gave a data-parallel job."""
+    local = ",".join(str(b) for b in sp["local"] or ())
+    what = "profiling, then" if sp["profile"] else "balanced"
+    return f"BatchSplit={local} ({what}) Version={sp['version']} At={_when(sp['at'])}"
+
+
 def job_detail(d: JobDetail) -> None:
     """``gctl show job``: scontrol-style key=value lines, then history."""
     v = d.view
@@ -556,6 +563,8 @@ def job_detail(d: JobDetail) -> None:
         message(f"   {_progress(rt['progress'])}")
     if rt.get("throttle"):
         message(f"   {_throttle(rt['throttle'])}")
+    if rt.get("split"):
+        message(f"   {_split(rt['split'])}")
     if rt.get("interference"):
         message(f"   {_interference(rt['interference'])}")
     if rt["operation"]:

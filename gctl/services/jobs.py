@@ -215,6 +215,12 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             .order_by(EventRow.id.desc())
             .limit(1)
         )
+        split = s.execute(
+            select(EventRow.data, EventRow.at)
+            .where(EventRow.job_id == job_id, EventRow.kind == "job.split")
+            .order_by(EventRow.id.desc())
+            .limit(1)
+        ).first()
         corun = s.execute(
             select(CoRunRow.partner_id, CoRunRow.gpu_type, CoRunRow.slowdown, CoRunRow.at)
             .where(CoRunRow.job_id == job_id)
@@ -255,6 +261,15 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 # recorded (significant changes only); none once it left those GPUs.
                 "throttle": dict(throttle)
                 if throttle and row.state == "RUNNING" and row.job_class == "opportunistic"
+                else None,
+                # The batch split gctl last wrote for it (data-parallel jobs of the SDK).
+                "split": {
+                    "version": split[0].get("version"),
+                    "local": (split[0].get("plan") or [[None]])[-1][0],
+                    "profile": len(split[0].get("plan") or ()) > 1,
+                    "at": split[1],
+                }
+                if split is not None and row.state == "RUNNING"
                 else None,
                 # Its measured slow-down beside its pack partner (interference), while packed.
                 "interference": {

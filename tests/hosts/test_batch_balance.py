@@ -20,7 +20,8 @@ import pytest
 from daemonkit import STORES, Running, job_file, jobs_of, submit, wait
 from sqlalchemy import select
 
-from gctl.services import db, nodes
+from gctl.cli import render
+from gctl.services import db, jobs, nodes
 from gctl.store.engine import transaction
 from gctl.store.models import BatchCurveRow, EventRow
 
@@ -110,6 +111,9 @@ def test_a_job_over_a_k80_and_a_v100_is_balanced(
     assert rate > 0.8 / max(times)
     events = _splits(store, job)
     assert "profiling" in events[0][2]  # the first plan was the profile
+    shown = jobs.show_job(store, job).runtime["split"]
+    assert shown["local"] == split and not shown["profile"]
+    assert render._split(shown).startswith(f"BatchSplit={split[0]},{split[1]} (balanced)")
     with transaction(store.engine, write=False) as s:
         curves = {r.gpu_type: (r.alpha, r.beta) for r in s.scalars(select(BatchCurveRow))}
     assert set(curves) == {"V100", "K80"}
@@ -166,3 +170,4 @@ def test_a_job_packed_beside_it_brings_a_new_split_within_one_pass(
     old = next(d for _, d, m in reversed(_splits(store, job)[:before]) if ": split " in m)
     assert data["plan"][-1][0][0] > old["plan"][-1][0][0]  # more of the batch on the V100
     assert jobs_of(store)[other].state == "RUNNING"
+    assert _splits(store, other) == []  # gave the SDK no batch: never profiled or split
