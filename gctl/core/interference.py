@@ -119,6 +119,10 @@ class Predictor:
     observed: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """Mean log slow-down of each measured (kind, partner)."""
     features: Mapping[str, Features] = field(default_factory=dict)
+    _known: dict[tuple[str, str], Prediction] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Predictions of pairs of known kinds (features play no part), computed once."""
 
     @classmethod
     def fit(
@@ -163,9 +167,26 @@ class Predictor:
     ) -> Prediction:
         """Predicted slow-down of ``kind`` beside ``partner`` (features: for unknown kinds)."""
         if kind is not None and partner is not None:
+            got = self._known.get((kind, partner))
+            if got is not None:
+                return got
             seen = self.observed.get((kind, partner))
             if seen is not None:
-                return Prediction(math.exp(seen), "observed")
+                got = self._known[(kind, partner)] = Prediction(math.exp(seen), "observed")
+                return got
+            if kind in self.params and partner in self.params:
+                got = self._known[(kind, partner)] = self._predict(kind, partner, None, None)
+                return got
+        return self._predict(kind, partner, kind_features, partner_features)
+
+    def _predict(
+        self,
+        kind: str | None,
+        partner: str | None,
+        kind_features: Features | None,
+        partner_features: Features | None,
+    ) -> Prediction:
+        """The model's (or a neighbour's, or the default) prediction."""
         a, a_near = self._params(kind, kind_features)
         b, b_near = self._params(partner, partner_features)
         if a is None and b is None:
