@@ -111,7 +111,9 @@ def consolidated_set(state: ClusterState, count: int) -> GroupKey | None:
     return spanning_set(state, count)
 
 
-def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> GroupKey | None:
+def timeslice_group(
+    state: ClusterState, js: JobState, max_height: float, *, interference: bool = True
+) -> GroupKey | None:
     """Step 4: the set for ``js`` to share on the lowest node of its affinity.
 
     A set whose jobs could not take turns with it in GPU memory (see
@@ -121,6 +123,8 @@ def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> Gro
     if count > state.max_size:
         return None
     cap = math.ceil(max_height)
+    found: list[GroupKey] = []
+    level: tuple[float, int] | None = None
     for ns, key in state.slice_targets(count, int(js.spec.priority), cap):
         if ns.affinity != count:
             continue
@@ -130,14 +134,47 @@ def timeslice_group(state: ClusterState, js: JobState, max_height: float) -> Gro
             if ns.height + count / state.max_size > max_height:
                 break
             continue
-        if not memory.can_take_turns(state, key, [*state.member_jobs(key), js]):
+        members = state.member_jobs(key)
+        if level is not None and (ns.height, len(members)) != level:
+            break
+        if not memory.can_take_turns(state, key, [*members, js]):
             continue
-        return key
-    return None
+        if state.interference is None or not interference:
+            return key
+        level = (ns.height, len(members))
+        found.append(key)
+        if len(found) >= PARTNER_SETS:
+            break
+    if len(found) <= 1:
+        return found[0] if found else None
+    return max(found, key=lambda k: _best_turn_mate(state, k, js))
 
 
-def place(state: ClusterState, js: JobState, now: float, max_height: float) -> list[Decision]:
-    """Run Algorithm 1 for a pending job and commit the result to ``state``."""
+PARTNER_SETS = 8
+"""Most equally good sets a time-slicing job weighs by predicted interference."""
+
+
+def _best_turn_mate(state: ClusterState, key: GroupKey, js: JobState) -> float:
+    """The best predicted aggregate speed of ``js`` with a member of ``key`` (turn pairs)."""
+    predict = state.interference
+    if predict is None:
+        return 0.0
+    gpu_type = state.gpu_type(key[0])
+    return max(
+        (predict.outlook(gpu_type, js, m).aggregate for m in state.member_jobs(key)),
+        default=0.0,
+    )
+
+
+def place(
+    state: ClusterState, js: JobState, now: float, max_height: float, *, interference: bool = True
+) -> list[Decision]:
+    """Run Algorithm 1 for a pending job and commit the result to ``state``.
+
+    With ``interference`` (and a predictor in ``state``), a job that must
+    time-slice joins, among the sets equally good by Algorithm 1, the one
+    holding its best predicted turn partner.
+    """
     count = js.spec.gpus
     decisions: list[Decision] = []
     gpus = free_set(state, count)
@@ -150,7 +187,7 @@ def place(state: ClusterState, js: JobState, now: float, max_height: float) -> l
             reason = f"{count} free GPUs on {where} (affinity {state.nodes[where].affinity})"
         decisions.append(Place(js.id, gpus, ShareMode.EXCLUSIVE, reason))
     else:
-        key = timeslice_group(state, js, max_height)
+        key = timeslice_group(state, js, max_height, interference=interference)
         if key is None:
             if js.reason.startswith("queued") and js.status is JobStatus.PENDING:
                 return []

@@ -194,3 +194,31 @@ def test_turn_partner_is_the_member_of_least_predicted_interference() -> None:
 
 def test_without_the_predictor_the_next_two_in_turn_pair_up() -> None:
     assert set(_turn_pair(predicted=False)) == {"w", "x"}
+
+
+def _time_sliced_onto(predicted: bool, aware: bool = True) -> tuple[str, str]:
+    """Two 1-GPU nodes running x (kind X) and y (kind Y): where a Z job time-slices, and y's node.
+
+    The pair table says Z is a bad partner for X and a good one for Y.
+    """
+    state = new_state(1, 1)
+    policy = gandiva(interference=aware)
+    submit(state, "x", 1, profile="X")
+    submit(state, "y", 1, profile="Y")
+    policy.schedule(state, 0.0)
+    if predicted:
+        _predicting(state, {("Z", "X"): 3.0, ("X", "Z"): 3.0, ("Z", "Y"): 1.1, ("Y", "Z"): 1.2})
+    submit(state, "z", 1, 2.0, profile="Z")
+    policy.schedule(state, 2.0)
+    return state.jobs["z"].gpus[0][0], state.jobs["y"].gpus[0][0]
+
+
+def test_a_job_time_slices_beside_its_best_predicted_turn_partner() -> None:
+    where, y_node = _time_sliced_onto(predicted=True)
+    assert where == y_node
+    first_by_height, x_node = (
+        _time_sliced_onto(predicted=False)[0],
+        "n0" if y_node == "n1" else "n1",
+    )
+    assert first_by_height == x_node  # without a prediction Algorithm 1 would have chosen x's
+    assert _time_sliced_onto(predicted=True, aware=False)[0] == x_node

@@ -219,7 +219,7 @@ class GandivaPolicy:
         while heads:
             _, job_id, key = heapq.heappop(heads)
             js = state.jobs[job_id]
-            out += placement.place(state, js, now, height)
+            out += placement.place(state, js, now, height, interference=self.config.interference)
             if not js.gpus:
                 continue
             nxt = next(iters[key], None)
