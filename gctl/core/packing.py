@@ -229,7 +229,7 @@ def pack_waiting(
                 candidates.append(js)
     if not candidates:
         return []
-    candidates.sort(key=lambda j: (j.observed.gpu_util if j.observed else 1.0, j.seq))
+    candidates.sort(key=lambda j: (_util(j), j.seq))
     targets: dict[int, list[JobState]] = {}
     for key, members in state.groups.items():
         if len(members) != 1:
@@ -240,7 +240,7 @@ def pack_waiting(
         if all(state.nodes[n].open for n in dict.fromkeys(n for n, _ in key)):
             targets.setdefault(len(key), []).append(js)
     for group in targets.values():
-        group.sort(key=lambda j: (j.observed.gpu_util if j.observed else 1.0, j.seq))
+        group.sort(key=lambda j: (_util(j), j.seq))
     predict = state.interference if limits.interference else None
     if predict is not None:
         return _pack_least_interference(state, now, memory, limits, candidates, targets, predict)
@@ -307,6 +307,7 @@ def _pack_least_interference(
 
 
 def _util(js: JobState) -> float:
+    """The job's GPU utilisation as last sampled (1.0 before its first sample)."""
     return js.observed.gpu_util if js.observed else 1.0
 
 
