@@ -326,8 +326,9 @@ def _fitting(
     lighter.
     """
     out: list[tuple[int, JobState]] = []
+    room = limits.util - _util(cand)
     for i, tgt in enumerate(pool):
-        if _util(cand) + _util(tgt) > limits.util:
+        if _util(tgt) > room:
             if i == 0:
                 pool.clear()
             break
