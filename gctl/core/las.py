@@ -291,9 +291,13 @@ class Standings:
 
     def update(self, state: ClusterState, rank: Ranking) -> None:
         """Bring the summaries up to date with ``state`` at the moment of ``rank``."""
-        for key in state.groups:
-            self.entry(state, key, rank)
-        kept = self._sets
+        if state is not self._state:
+            self._state, self._sets = state, {}
+        kept, touched, now = self._sets, state.touched, rank.now
+        for key in state.groups:  # :meth:`entry`, inlined: this loop is the simulator's hottest
+            entry = kept.get(key)
+            if entry is None or entry.stamp != touched[key] or entry.until <= now:
+                kept[key] = self._summarise(state, key, rank)
         if len(kept) > len(state.groups):
             for key in [k for k in kept if k not in state.groups]:
                 del kept[key]
