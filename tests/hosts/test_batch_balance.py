@@ -165,7 +165,7 @@ def test_a_job_packed_beside_it_brings_a_new_split_within_one_pass(
     every = daemon.daemon.config.introspect_every
     print(f"new split {data['plan'][-1][0]} {at - packed:.2f} s after the pack"
           f" (introspective pass every {every:g} s): {why}")  # fmt: skip
-    assert at - packed <= every + 1.0
+    assert at - packed <= every + 2.0  # the next pass, give or take a slow tick or two
     assert "shares its GPU" in why
     old = next(d for _, d, m in reversed(_splits(store, job)[:before]) if ": split " in m)
     assert data["plan"][-1][0][0] > old["plan"][-1][0][0]  # more of the batch on the V100
