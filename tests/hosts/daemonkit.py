@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -77,6 +78,17 @@ def job_file(hosts: dict[str, Any], store: db.Store, node: str, job_id: int, nam
     )
     path = attempts[-1][1] / name if attempts else None
     return path.read_text() if path is not None and path.exists() else ""
+
+
+def mean_rate(hosts: dict[str, Any], job: int, seconds: float, node: str = "h1") -> float:
+    """The job's steps a second over ``seconds``, from its reported step counts on ``node``."""
+
+    def step() -> int:
+        return int(json.loads(job_file(hosts, STORES[-1], node, job, "progress.json"))["step"])
+
+    first, began = step(), time.monotonic()
+    time.sleep(seconds)
+    return (step() - first) / (time.monotonic() - began)
 
 
 def submit(store: db.Store, *argv: str, gpus: int = 1, **extra: Any) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from daemonkit import STORES, Running, job_file, jobs_of, submit, wait
+from daemonkit import STORES, Running, job_file, jobs_of, mean_rate, submit, wait
 from sqlalchemy import select
 
 from gctl.cli import render
@@ -42,15 +42,6 @@ def _times(batch: dict[str, Any], local: list[int]) -> list[float] | None:
     got = {(w, b): t for w, b, t, _ in batch.get("points", [])}
     out = [got.get((w, b)) for w, b in enumerate(local)]
     return None if any(t is None for t in out) else [float(t) for t in out if t is not None]
-
-
-def _rate(hosts: dict[str, Any], job: int, seconds: float) -> float:
-    def step() -> int:
-        return int(json.loads(job_file(hosts, STORES[-1], "h1", job, "progress.json"))["step"])
-
-    first, began = step(), time.monotonic()
-    time.sleep(seconds)
-    return (step() - first) / (time.monotonic() - began)
 
 
 def _splits(store: db.Store, job: int) -> list[tuple[float, dict[str, Any], str]]:
@@ -100,7 +91,7 @@ def test_a_job_over_a_k80_and_a_v100_is_balanced(
     times = _times(batch, split)
     assert times is not None
     gap = max(times) / min(times) - 1
-    rate = _rate(hosts, job, 3.0)
+    rate = mean_rate(hosts, job, 3.0)
     speedup = max(equal) / max(times)  # a step lasts as long as its slowest worker
     print(f"balanced split {split}: worker times {times[0]:.3f} s and {times[1]:.3f} s"
           f" ({gap:.1%} apart); {speedup:.2f}x the equal split's steps/s;"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from clikit import run
-from daemonkit import STORES, Running, job_file, jobs_of, submit, wait
+from daemonkit import STORES, Running, job_file, jobs_of, mean_rate, submit, wait
 from daemonkit import kinds as _kinds
 from prometheus_client import generate_latest
 from sqlalchemy import select
@@ -100,17 +100,6 @@ def _rate_of(hosts: dict[str, Any], job: int) -> float | None:
     return float(rate) if isinstance(rate, int | float) else None
 
 
-def _mean_rate(hosts: dict[str, Any], job: int, seconds: float) -> float:
-    """The job's steps a second over ``seconds``, from its reported step counts."""
-
-    def step() -> int:
-        return int(json.loads(job_file(hosts, STORES[-1], "h1", job, "progress.json"))["step"])
-
-    first, began = step(), time.monotonic()
-    time.sleep(seconds)
-    return (step() - first) / (time.monotonic() - began)
-
-
 def _throttle_events(store: db.Store, job: int) -> list[tuple[float, dict[str, Any]]]:
     with transaction(store.engine, write=False) as s:
         rows = s.execute(
@@ -139,7 +128,7 @@ def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_s
     prod = submit(store, *busy, "0.5", env=["GCTL_EMULATED_UTIL=50"])
     running = start_daemon(store)
     _wait("production reporting a rate", lambda: _rate_of(hosts, prod) is not None)
-    alone = _mean_rate(hosts, prod, 8.0)
+    alone = mean_rate(hosts, prod, 8.0)
     guest = submit(store, *busy, "1.0", job_class="opportunistic", env=["GCTL_EMULATED_UTIL=100"])
     _wait("the guest running", lambda: _state(store, guest) == "RUNNING")
     ran = time.time()
@@ -149,8 +138,8 @@ def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_s
 
     _wait("the controller past slow start", aimd, timeout=60)
     settled = next(at for at, d in _throttle_events(store, guest) if d["phase"] == "aimd") - ran
-    beside = _mean_rate(hosts, prod, 15.0)
-    guest_share = _mean_rate(hosts, guest, 15.0) * 0.1  # its steps are all GPU compute
+    beside = mean_rate(hosts, prod, 15.0)
+    guest_share = mean_rate(hosts, guest, 15.0) * 0.1  # its steps are all GPU compute
     print(
         f"production alone {alone:.2f} steps/s; beside the throttled guest {beside:.2f}"
         f" ({beside / alone:.1%} of R); the guest got {guest_share:.1%} of the GPU"
