@@ -249,7 +249,6 @@ def _running(site: Site) -> dict[int, _Job]:
                 JobRow.profile,
                 JobRow.image,
                 JobRow.command,
-                JobRow.state,
                 NodeRow.name,
                 GpuRow.index,
                 GpuRow.model,
@@ -265,7 +264,7 @@ def _running(site: Site) -> dict[int, _Job]:
     on_gpu: dict[int, list[int]] = defaultdict(list)
     gpus: dict[int, list[tuple[str, str, int]]] = defaultdict(list)
     attempts: dict[int, int] = {}
-    for job_id, attempt, profile, image, command, _, node, _, model, gpu_id in rows:
+    for job_id, attempt, profile, image, command, node, _, model, gpu_id in rows:
         kinds[job_id] = job_kind(profile, image, command)
         attempts[job_id] = attempt
         on_gpu[gpu_id].append(job_id)

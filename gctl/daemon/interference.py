@@ -5,8 +5,9 @@ have been measured since they began running together, each job's slow-down
 (its progress rate alone over its rate packed) in the ``coruns`` table
 (:func:`record_coruns`). :class:`Learned` fits one
 :class:`~gctl.core.interference.Predictor` per GPU type to those co-runs,
-with gavel's pair table (:func:`gctl.sim.pairs.table_coruns`) as the prior
-for the model kinds it measured, and refits only when co-runs were added. The
+with gavel's pair table as the prior for the model kinds it measured
+(:func:`gctl.sim.pairs.fitted`, as the simulator's policy gets it), and
+refits only when co-runs were added. The
 oldest rows beyond :data:`MAX_CORUNS` are dropped.
 """
 
@@ -16,9 +17,9 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Engine
 
 from gctl.core import packing
-from gctl.core.interference import CoRun, Features, Interference, Predictor
+from gctl.core.interference import CoRun, Interference
 from gctl.core.model import JobStatus
-from gctl.sim import pairs, profiles
+from gctl.sim import pairs
 from gctl.store.engine import transaction
 from gctl.store.models import CoRunRow
 from gctl.store.snapshot import Snapshot
@@ -81,19 +82,6 @@ def record_coruns(engine: Engine, snap: Snapshot, now: float) -> int:
     return len(found)
 
 
-def _prior() -> dict[str, list[CoRun]]:
-    """The pair table's co-runs per GPU type (lower-case), for the kinds it measured."""
-    return {gpu: pairs.table_coruns(gpu) for gpu in profiles.GPU_MEMORY_MB}
-
-
-def _table_features() -> dict[str, Features]:
-    return {
-        name: Features(p.gpu_util, float(p.gpu_mem_mb))
-        for name in profiles.known_models()
-        for p in (profiles.profile_for(name),)
-    }
-
-
 class Learned:
     """The predictor from the store's co-runs and the pair table, refitted when co-runs change."""
 
@@ -123,12 +111,6 @@ class Learned:
         for kind, partner, gpu_type, slowdown in rows:
             if slowdown > 0:
                 observed.setdefault(gpu_type.lower(), []).append(CoRun(kind, partner, slowdown))
-        prior = _prior()
-        features = _table_features()
-        by_type = {
-            gpu: Predictor.fit(prior.get(gpu, ()), observed.get(gpu, ()), features)
-            for gpu in sorted(set(prior) | set(observed))
-        }
-        self._fitted = Interference(by_type, other=by_type[profiles.DEFAULT_GPU_TYPE])
+        self._fitted = pairs.fitted(observed)
         self._version = key
         return self._fitted
