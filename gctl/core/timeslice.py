@@ -31,42 +31,31 @@ def next_in_turn(
     skip: Collection[str] = (),
     rank: Rank | None = None,
 ) -> str | None:
-    """The member whose turn is next: best-ranked with ``rank``, else round robin.
-
-    Round robin: the top-priority member after ``after`` in cyclic order
-    (the first one when None). Members in ``skip`` (and ``after``) are
-    passed over.
-    """
-    members = state.groups[key]
+    """The member whose turn is next (:func:`turn_order`), members in ``skip`` passed over."""
     if rank is not None and after is None and not skip:
         return rank.best(state, key)
-    if rank is not None:
-        jobs = [state.jobs[m] for m in members if m != after and m not in skip]
-        return min(jobs, key=rank).id if jobs else None
-    top = max(int(state.jobs[m].spec.priority) for m in members)
-    start = members.index(after) + 1 if after in members else 0
-    for i in range(len(members)):
-        cand = members[(start + i) % len(members)]
-        if cand != after and cand not in skip and int(state.jobs[cand].spec.priority) == top:
-            return cand
+    for js in turn_order(state, key, after, rank):
+        if js.id not in skip:
+            return js.id
     return None
 
 
-def turn_order(state: ClusterState, key: GroupKey, first: str, rank: Rank | None) -> list[JobState]:
-    """The members other than ``first`` in the order their turns come (as :func:`next_in_turn`).
+def turn_order(
+    state: ClusterState, key: GroupKey, after: str | None, rank: Rank | None
+) -> list[JobState]:
+    """The members other than ``after`` in the order their turns come.
 
-    Best-ranked first with ``rank``; else the top-priority members, cyclic after ``first``.
+    Best-ranked first with ``rank``; else round robin: the top-priority
+    members in cyclic order after ``after`` (from the first when None).
     """
     members = state.groups[key]
-    others = [state.jobs[m] for m in members if m != first]
+    jobs = state.jobs
     if rank is not None:
-        return sorted(others, key=rank)
-    top = max(int(state.jobs[m].spec.priority) for m in members)
-    at = members.index(first) if first in members else -1
-    cyclic = {m: (i - at - 1) % len(members) for i, m in enumerate(members)}
-    return sorted(
-        (js for js in others if int(js.spec.priority) == top), key=lambda js: cyclic[js.id]
-    )
+        return sorted((jobs[m] for m in members if m != after), key=rank)
+    top = max(int(jobs[m].spec.priority) for m in members)
+    start = members.index(after) + 1 if after in members else 0
+    cyclic = (members[(start + i) % len(members)] for i in range(len(members)))
+    return [jobs[m] for m in cyclic if m != after and int(jobs[m].spec.priority) == top]
 
 
 def resume_idle_sets(state: ClusterState, now: float, rank: Rank | None = None) -> list[Decision]:
