@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from dataclasses import replace
@@ -251,3 +252,14 @@ def test_a_slower_gpu_is_busier_with_the_same_job() -> None:
     assert perf.busy_util(0.5, 0.5) == pytest.approx(2 / 3)  # 1 s of GPU per 0.5 s of input
     assert perf.busy_util(0.1, 0.213) > 0.3
     assert perf.busy_util(0.0, 0.2) == 0.0
+
+
+def test_the_test_images_emulated_speeds_are_the_simulators() -> None:
+    """train.py cannot import the simulator, so it carries a copy of the mean speeds: the same."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / "testimage" / "train.py"
+    spec = importlib.util.spec_from_file_location("test_image_train", path)
+    assert spec is not None and spec.loader is not None
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    for gpu_type, speed in train.EMULATED_SPEED.items():
+        assert speed == round(profiles.relative_speed(None, gpu_type), 3), gpu_type
