@@ -153,18 +153,6 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _watchdog_alive(agent_dir: str) -> bool:
-    """Whether a watchdog holds the agent directory's lock."""
-    try:
-        fd = _locked(os.path.join(agent_dir, LOCK))
-    except OSError:
-        return False
-    if fd is None:
-        return True
-    os.close(fd)  # releases the lock taken just now
-    return False
-
-
 def _own_source() -> bytes:
     """The agent's own source: the ``python3 -c`` argument it was sent as, or its file."""
     if sys.argv[0] == "-c":
@@ -186,9 +174,7 @@ def renew_lease(lease: dict[str, Any]) -> int | None:
         "standdown": False,
     }
     _write_json(os.path.join(agent_dir, LEASE), doc)
-    if _watchdog_alive(agent_dir):
-        return None
-    return _detach(agent_dir, LOG, "watchdog", agent_dir)
+    return _start_once(os.path.join(agent_dir, LOCK), agent_dir, LOG, "watchdog")
 
 
 def observe(request: dict[str, Any]) -> dict[str, Any]:
@@ -290,8 +276,6 @@ def expired(agent_dir: str, at: float) -> dict[str, Any] | None:
 
 def watchdog(agent_dir: str) -> None:
     """The ``watchdog`` mode: kill this store's containers whenever the lease has run out."""
-    if _locked(os.path.join(agent_dir, LOCK)) is None:
-        return  # another watchdog runs
     while os.path.isdir(agent_dir):
         lease = expired(agent_dir, time.time())
         if lease is not None:
@@ -320,8 +304,27 @@ def _locked(path: str) -> int | None:
     return fd
 
 
-def _detach(script_dir: str, log_name: str, *args: str) -> int:
-    """Start this very code with ``args`` in a session of its own (it outlives SSH); its pid."""
+def _start_once(lock: str, where: str, log_name: str, mode: str) -> int | None:
+    """Start ``mode`` on ``where`` unless one holds ``lock``; its pid, or None when one runs.
+
+    The lock is taken here and handed to the new process (an inherited
+    ``flock`` stays with the open file), so two requests at once never start
+    two, and the new one holds the lock from its first instant.
+    """
+    fd = _locked(lock)
+    if fd is None:
+        return None
+    try:
+        return _detach(where, log_name, mode, where, keep=fd)
+    finally:
+        os.close(fd)
+
+
+def _detach(script_dir: str, log_name: str, *args: str, keep: int) -> int:
+    """Start this very code with ``args`` in a session of its own (it outlives SSH); its pid.
+
+    It inherits the descriptor ``keep`` (the lock it holds while it runs).
+    """
     script = os.path.join(script_dir, SCRIPT)
     with open(script, "wb") as fh:  # whichever version of gctl sent it
         fh.write(_own_source())
@@ -334,6 +337,7 @@ def _detach(script_dir: str, log_name: str, *args: str) -> int:
             stderr=log,
             start_new_session=True,
             close_fds=True,
+            pass_fds=(keep,),
         )
     finally:
         os.close(log)
@@ -373,11 +377,8 @@ def throttle_set(request: dict[str, Any]) -> dict[str, Any]:
         "docker": list(request.get("docker") or ["docker"]),
     }
     _write_json(os.path.join(tdir, THROTTLE), doc)
-    fd = _locked(os.path.join(tdir, THROTTLE_LOCK))
-    if fd is None:
-        return {"started": None, "beta": beta}
-    os.close(fd)
-    return {"started": _detach(tdir, THROTTLE_LOG, "throttle", tdir), "beta": beta}
+    started = _start_once(os.path.join(tdir, THROTTLE_LOCK), tdir, THROTTLE_LOG, "throttle")
+    return {"started": started, "beta": beta}
 
 
 def split_set(request: dict[str, Any]) -> dict[str, Any]:
@@ -435,8 +436,6 @@ def _freeze(path: str, value: str) -> bool:
 
 def throttle(tdir: str) -> None:
     """The ``throttle`` mode (module docstring)."""
-    if _locked(os.path.join(tdir, THROTTLE_LOCK)) is None:
-        return  # another throttle runs for this container
     config = os.path.join(tdir, THROTTLE)
     with open(config, encoding="utf-8") as fh:
         doc = json.load(fh)

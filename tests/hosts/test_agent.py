@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,26 @@ def test_split_set_writes_the_plan_owned_like_the_job_dir_and_never_through_a_li
     assert victim.read_text() == "root's\n"
     assert not written.is_symlink() and json.loads(written.read_text())["version"] == 4
     assert [p.name for p in job_dir.iterdir()] == ["split.json"]  # no temporary file left
+
+
+def test_two_observes_at_once_start_one_watchdog(tmp_path: Path) -> None:
+    """The lock is taken before the watchdog starts, not by the watchdog once it runs."""
+    docker, _ = _docker(tmp_path)
+    agent_dir = tmp_path / "agent"
+    with ThreadPoolExecutor(4) as pool:
+        got = list(
+            pool.map(
+                lambda _: run_mode("observe", {"lease": _lease(agent_dir, 60.0, docker)}),
+                range(4),
+            )
+        )
+    started = [g["watchdog_started"] for g in got if g["watchdog_started"] is not None]
+    try:
+        assert len(started) == 1, started
+        assert (
+            run_mode("observe", {"lease": _lease(agent_dir, 60.0, docker)})["watchdog_started"]
+            is None
+        )
+    finally:
+        for pid in started:
+            os.kill(pid, signal.SIGTERM)
