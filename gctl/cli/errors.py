@@ -25,11 +25,13 @@ def user_errors() -> tuple[type[Exception], ...]:
     from gctl.services.specs import SpecError
     from gctl.sim.cluster_spec import ClusterSpecError
     from gctl.sim.traces import TraceError
+    from gctl.sim.training import TrainError
     from gctl.store.engine import StoreError
 
     return (
         UsageError,
         TraceError,
+        TrainError,
         ClusterSpecError,
         UnknownPolicyError,
         PolicyOptionError,

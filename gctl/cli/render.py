@@ -220,6 +220,19 @@ def _class_table(report: SimReport) -> Table:
     return table
 
 
+def train_summary(doc: dict[str, Any]) -> None:
+    """What a training run wrote, and its final figures, one per line."""
+    out = stdout()
+    out.print(
+        f"model {inert(doc['model'])} trained on {doc['jobs']} jobs"
+        f" ({doc['episodes']} episodes, {fmt_duration(doc['seconds'])})",
+        markup=False,
+    )
+    out.print(f"learning curve {inert(doc['log'])} and {inert(doc['plot'])}", markup=False)
+    for name, value in doc["figures"].items():
+        out.print(f"{inert(name)}: {value:.4g}", markup=False)
+
+
 def message(text: str) -> None:
     """A line for people on stdout, user text in it made inert (every line but tables' and JSON)."""
     print(inert(text))

@@ -163,6 +163,134 @@ def run_cmd(
         render.sim_report(report)
 
 
+@app.command("train")
+def train_cmd(
+    ctx: typer.Context,
+    policy: Annotated[str, typer.Argument(help="Learned policy to train (e.g. dl2).")],
+    trace: Annotated[
+        Path | None,
+        typer.Argument(help="Trace to train on (philly or models CSV); omit with --from-store."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", metavar="MODEL", help="Where to write the trained model.")
+    ] = Path("model.npz"),
+    from_store: Annotated[
+        bool,
+        typer.Option(
+            "--from-store", help="Train on this site's completed jobs and nodes (the --db store)."
+        ),
+    ] = False,
+    init: Annotated[
+        Path | None,
+        typer.Option("--init", metavar="MODEL", help="Continue training from this model."),
+    ] = None,
+    cluster: Annotated[
+        str, typer.Option(help="NODESxGPUS[:TYPE-MEM] or a TOML file (not with --from-store).")
+    ] = "12x8",
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", "-o", help="Trainer option KEY=VALUE (repeatable)."),
+    ] = None,
+    virtual_cluster: Annotated[
+        str | None, typer.Option(help="philly.csv: train on one virtual cluster only.")
+    ] = None,
+    window: Annotated[str | None, typer.Option(help="START:END submit window, e.g. 0:55d.")] = None,
+    elastic_fraction: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Fraction of jobs made elastic (seeded).")
+    ] = 0.0,
+    seed: Annotated[int, typer.Option(min=0, max=INT_MAX, help="Seed of every draw.")] = 0,
+    log: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE.json", help="Learning curve as JSON (default: beside --out)."),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE.svg", help="Learning curve plot (default: beside --out)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Train a learned POLICY in the simulator on a trace or on this site's history."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gctl.sim.cluster_spec import parse_cluster
+    from gctl.sim.runner import prepare
+    from gctl.sim.traces import load_trace
+    from gctl.sim.training import TrainRequest, load_trainer
+
+    trainer = load_trainer(policy)
+    for path, name in ((out, "--out"), (log, "--log"), (plot, "--plot")):
+        if path is not None:
+            check_text(str(path), name, limit=TEXT_MAX)
+            if not path.parent.is_dir():
+                raise FileNotFoundError(errno.ENOENT, "no such directory", str(path.parent))
+    if from_store == (trace is not None):
+        raise typer.BadParameter("give a TRACE or --from-store, not both or neither")
+    if from_store:
+        from gctl.cli.context import store
+        from gctl.services.history import history_workload
+
+        nodes, loaded = history_workload(store(ctx).engine)
+        source = "store"
+        if not nodes.nodes:
+            raise typer.BadParameter(
+                "the store has no nodes to train on", param_hint="--from-store"
+            )
+    else:
+        assert trace is not None
+        check_text(str(trace), "TRACE", limit=TEXT_MAX)
+        nodes = parse_cluster(cluster)
+        loaded = load_trace(
+            trace,
+            virtual_cluster=virtual_cluster,
+            window=parse_window(window) if window else None,
+        )
+        source = str(trace)
+    jobs = prepare(loaded, seed, elastic_fraction)
+    request = TrainRequest(
+        tuple(jobs),
+        nodes,
+        source,
+        out,
+        seed=seed,
+        options=parse_options(option or []),
+        init=init,
+        log=log,
+        plot=plot,
+    )
+    console = render.stderr()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[reward]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=json_out or not console.is_terminal,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, done: int, total: int, reward: float | None) -> None:
+            if phase not in tasks:
+                tasks[phase] = int(bar.add_task(phase, total=total, reward=""))
+            shown_reward = "" if reward is None else f"reward {reward:.3f}"
+            bar.update(tasks[phase], completed=done, reward=shown_reward)  # type: ignore[arg-type]
+
+        summary = trainer(request, progress)
+    doc = {
+        "model": str(summary.model),
+        "log": str(summary.log),
+        "plot": str(summary.plot),
+        "jobs": len(jobs),
+        "episodes": summary.episodes,
+        "seconds": round(summary.seconds, 1),
+        "figures": summary.figures,
+    }
+    if json_out:
+        render.emit_json(doc)
+    else:
+        render.train_summary(doc)
+
+
 def _baselines(compare: str, policy: str) -> tuple[str, ...]:
     """The ``--compare`` list as names: registered policies, distinct, none of them ``policy``.
 

@@ -183,6 +183,9 @@ class ClusterState:
         self._guest_heaps: dict[int, list[tuple[int, int, str]]] = {}
         self.guest_on: dict[GpuRef, str] = {}
         """The guest on each GPU that has one."""
+        self.work_done: Callable[[str], float | None] | None = None
+        """The fraction of a job's work done (0..1) where the driver knows it (the simulator
+        from its model), for policies that estimate remaining work; None: nothing known."""
         self.interference: Interference | None = None
         """Predicted slow-downs of jobs sharing a GPU, handed in by the driver (daemon or
         simulator) for the policy's placement choices; None: nothing predicted."""

@@ -89,6 +89,7 @@ class Simulator:
         self.state = ClusterState(self.cluster)
         # the pair table describes the packing effect; the plain model has none
         self.state.interference = self.interference if self.perf_config.packing else None
+        self.state.work_done = self.work_done
         self.driven = WithGuests(self.policy, self.sharing)
         self.runs: dict[str, _Run] = {}
         self.counters = Counters()
@@ -181,6 +182,18 @@ class Simulator:
         for r in self.records:
             split.setdefault(of[r.job_id], []).append(r)
         return {c: summarize(rs, Counters(), 0.0, 0) for c, rs in sorted(split.items())}
+
+    def work_done(self, job_id: str) -> float | None:
+        """The fraction of an unfinished job's work done as of the clock (None: not in the run).
+
+        Overheads charged to the job (a resume, a move) count as work still to
+        do, so a move sets the fraction back by its cost.
+        """
+        run = self.runs.get(job_id)
+        if run is None:
+            return None
+        left = run.work_left - run.speed * (self.clock - run.last)
+        return min(max(1.0 - left / run.job.duration, 0.0), 1.0) if run.job.duration > 0 else 0.0
 
     # ---- clock and events ---------------------------------------------
 
