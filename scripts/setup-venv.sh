@@ -6,4 +6,4 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev]' -e plugins/gctl-backfill
+.venv/bin/python -m pip install --quiet -e '.[dev]' -e plugins/gctl-backfill -e plugins/gctl-dl2

@@ -28,12 +28,14 @@ STORES: list[db.Store] = []
 class Running:
     """The daemon the command runs, in a thread with short periods, until :meth:`close`.
 
-    ``config`` overrides :class:`DaemonConfig` fields; ``policy_options``
-    (default a 2 s quantum) go to the gandiva policy.
+    ``config`` overrides :class:`DaemonConfig` fields; ``policy`` names the
+    policy (default gandiva) and ``policy_options`` go to it (default for
+    gandiva: a 2 s quantum).
     """
 
     def __init__(self, store: db.Store, tmp: Path, **config: Any) -> None:
-        options = config.pop("policy_options", {"quantum": 2.0})
+        policy = config.pop("policy", "gandiva")
+        options = config.pop("policy_options", {"quantum": 2.0} if policy == "gandiva" else {})
         cfg = {
             "tick": 0.3,
             "introspect_every": 1.0,
@@ -44,7 +46,7 @@ class Running:
         }
         cfg.update(config)
         self.daemon = Daemon(
-            store, load_policy("gandiva", **options), DaemonConfig(**cfg), DaemonMetrics(store)
+            store, load_policy(policy, **options), DaemonConfig(**cfg), DaemonMetrics(store)
         )
         self.stop = threading.Event()
         self.error: BaseException | None = None
