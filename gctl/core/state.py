@@ -185,7 +185,8 @@ class ClusterState:
         """The guest on each GPU that has one."""
         self.work_done: Callable[[str], float | None] | None = None
         """The fraction of a job's work done (0..1) where the driver knows it (the simulator
-        from its model), for policies that estimate remaining work; None: nothing known."""
+        from its model, the daemon from the job SDK's step/steps), for policies that
+        estimate remaining work; None: nothing known."""
         self.interference: Interference | None = None
         """Predicted slow-downs of jobs sharing a GPU, handed in by the driver (daemon or
         simulator) for the policy's placement choices; None: nothing predicted."""

@@ -55,6 +55,15 @@ class Report:
         return bool(self.progress and self.progress.get("sdk")) or self.checkpoint_time is not None
 
     @property
+    def done(self) -> float | None:
+        """The fraction of its steps the job reports done (0..1), None when it reports no total."""
+        p = self.progress or {}
+        step, steps = p.get("step"), p.get("steps")
+        if not isinstance(step, int) or not isinstance(steps, int) or steps <= 0:
+            return None
+        return min(max(step / steps, 0.0), 1.0)
+
+    @property
     def finished(self) -> bool:
         """Whether the job said its work is done: the SDK's final report, or every step reached."""
         p = self.progress or {}

@@ -25,7 +25,7 @@ from gctl.gcpause import gc_paused
 from gctl.services.telemetry import NodeSample
 from gctl.store.engine import transaction
 from gctl.store.models import JobRow, ProfileRow
-from gctl.store.snapshot import MECHANISM_CHECKPOINT, Snapshot, read
+from gctl.store.snapshot import MECHANISM_CHECKPOINT, Snapshot, core_job_id, read
 
 Observe = Callable[[str, float], None]
 """Called with a decision kind and the seconds it took to carry out."""
@@ -66,6 +66,9 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
             report = reports.get((job_id, attempt))
             if report is None:  # read from an attempt that is over
                 continue
+            done = report.done
+            if done is not None:
+                site.done[job_id] = done
             util, mem = jobs_on.get(job_id, (0.0, 0))
             rate = progress_rate(report, util, mechanism)
             if rate is not None:
@@ -124,6 +127,10 @@ def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, d
     """
     snap = read(site.store.engine, now=now)
     snap.state.interference = site.learned.interference(site.store.engine)
+    rows = snap.job_ids
+    site.done = {row: f for row, f in site.done.items() if core_job_id(row) in rows}
+    done = site.done
+    snap.state.work_done = lambda job: done.get(rows[job]) if job in rows else None
     for name in blocked:
         if name in snap.state.nodes:
             snap.state.drain(name, BLOCKED_BY)

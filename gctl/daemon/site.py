@@ -109,6 +109,9 @@ class Site:
         self.epoch = epoch
         self.learned = Learned()
         """Interference predicted from the co-runs measured so far."""
+        self.done: dict[int, float] = {}
+        """Each running job's fraction of work done by its job SDK's latest report (step/steps),
+        by job row id, for policies that estimate remaining work."""
         self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}
         self._engines_lock = threading.Lock()
 

@@ -79,3 +79,12 @@ def test_an_end_caused_by_a_reboot_or_an_engine_restart_is_an_interruption() -> 
 def test_a_multi_node_run_fails_with_the_first_non_zero_status() -> None:
     ending = judge([_ended(0), _ended(2), _ended(5)], None, sdk=False)
     assert (ending.state, ending.exit_code) == ("FAILED", 2)
+
+
+def test_the_fraction_done_is_the_sdk_step_over_its_total_when_it_reports_one() -> None:
+    assert Report({"step": 30, "steps": 120}, None, None).done == 0.25
+    assert Report({"step": 130, "steps": 120}, None, None).done == 1.0
+    assert Report({"step": 30}, None, None).done is None  # no total: unknown
+    assert Report({"step": 30, "steps": 0}, None, None).done is None
+    assert Report({"step": "30", "steps": 120}, None, None).done is None
+    assert Report(None, 5, 1.0).done is None

@@ -27,8 +27,10 @@ def test_dl2_shrinks_an_elastic_job_for_a_newcomer_and_grows_it_back_from_its_ch
     """h1 has 2 GPUs: the elastic job gets both, gives one up to a short job, then takes it back."""
     nodes.set_admin_state(host_store, "h2", "drain", "only h1 in this test")
     job = submit(host_store, "--steps", "100000", "--step-time", "0.05", elastic="1:2")
-    start_daemon(host_store, policy="dl2", policy_options={"interval": 1.0, "hold": 3.0})
+    daemon = start_daemon(host_store, policy="dl2", policy_options={"interval": 1.0, "hold": 3.0})
     _wait("on both GPUs", lambda: _held(host_store, job) == 2)
+    # the SDK's step/steps reaches the policy as the job's fraction of work done
+    _wait("its progress known", lambda: 0 < daemon.daemon.site.done.get(job, 0.0) < 0.5)
     _wait("a checkpoint", lambda: bool(job_file(hosts, STORES[-1], "h1", job, "starts.log")))
     newcomer = submit(host_store, "--steps", "40", "--step-time", "0.05")
     _wait("shrunk to 1 GPU", lambda: _held(host_store, job) == 1)

@@ -11,7 +11,6 @@ refused rather than fed columns it was not trained on.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,16 +117,22 @@ class Layout:
         return cls(tuple(kinds), hidden, hidden2)
 
 
-def log_scaled(value: float, scale: float = 4.0) -> float:
+def log_scaled(values: np.ndarray, scale: float = 4.0) -> np.ndarray:
     """``log(1 + value) / scale``: heavy-tailed quantities (hours) squeezed into a small range."""
-    return math.log1p(max(value, 0.0)) / scale
+    out: np.ndarray = np.log1p(np.maximum(values, 0.0)) / scale
+    return out
 
 
-def left_estimate(service: float, done: float | None) -> float | None:
-    """Remaining GPU-seconds, from service had and the fraction done; None when not estimable."""
-    if done is None or done < MIN_PROGRESS or service <= 0:
-        return None
-    return service * (1.0 - done) / done
+def left_estimate(service: np.ndarray, done: np.ndarray) -> np.ndarray:
+    """Remaining GPU-seconds from service had and the fraction done (NaN: not estimable).
+
+    Not estimated while a job has done under :data:`MIN_PROGRESS` of its
+    work or had no service, nor where the fraction done is unknown (NaN).
+    """
+    ok = (done >= MIN_PROGRESS) & (service > 0)
+    safe = np.where(ok, done, 1.0)
+    out: np.ndarray = np.where(ok, service * (1.0 - safe) / safe, np.nan)
+    return out
 
 
 def rows(layout: Layout, n: int) -> np.ndarray:

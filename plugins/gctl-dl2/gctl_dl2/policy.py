@@ -31,8 +31,8 @@ checkpoint) keep their GPUs; opportunistic jobs are left to TGS
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.resources import files
+from operator import attrgetter
 from pathlib import Path
 from typing import Protocol
 
@@ -100,37 +100,49 @@ class Round:
         total = sum(ns.size for ns in state.nodes.values()) or 1
         self.total = total
         n = len(jobs)
-        held = np.array([len(j.gpus) if j.status is JobStatus.RUNNING else 0 for j in jobs])
+        done_of = state.work_done
+        raw = np.array(
+            [
+                (
+                    len(j.gpus) if j.status is JobStatus.RUNNING else 0,
+                    j.spec.elastic_min or j.spec.gpus,
+                    j.spec.elastic_max or j.spec.gpus,
+                    j.spec.gpus,
+                    j.attained_at(now),
+                    j.spec.submit_time,
+                    int(j.spec.priority) - 1,
+                    np.nan if done_of is None else _or_nan(done_of(j.id)),
+                )
+                for j in jobs
+            ],
+            dtype=np.float64,
+        ).reshape(n, 8)
+        held = raw[:, 0].astype(np.int64)
         self.held = held
-        self.lo = np.array([j.spec.elastic_min or j.spec.gpus for j in jobs])
-        self.hi = np.array([j.spec.elastic_max or j.spec.gpus for j in jobs])
+        self.lo, self.hi = raw[:, 1].astype(np.int64), raw[:, 2].astype(np.int64)
         self.given = np.zeros(n, dtype=np.int64)
         self.why: dict[int, str] = {}
         """Jobs given GPUs by a guard rather than the network, and which guard."""
         x = rows(layout, n)
         x[np.arange(n), [layout.kind_index(j.spec.profile) for j in jobs]] = 1.0
         col = layout.column
-        done = state.work_done
-        service = np.array([j.attained_at(now) for j in jobs])
-        left = [
-            left_estimate(s, done(j.id) if done else None)
-            for s, j in zip(service, jobs, strict=True)
-        ]
-        x[:, col("asked")] = np.log2([j.spec.gpus for j in jobs]) / 3.0
+        service = raw[:, 4]
+        left = left_estimate(service, raw[:, 7])
+        x[:, col("asked")] = np.log2(raw[:, 3]) / 3.0
         x[:, col("held")] = held / 8.0
-        x[:, col("elastic")] = [j.spec.elastic for j in jobs]
+        x[:, col("elastic")] = self.lo != self.hi
         x[:, col("waiting")] = held == 0
-        x[:, col("service")] = [log_scaled(s / 3600.0) for s in service]
-        x[:, col("age")] = [log_scaled((now - j.spec.submit_time) / 3600.0) for j in jobs]
-        x[:, col("left_known")] = [v is not None for v in left]
-        x[:, col("left")] = [0.0 if v is None else log_scaled(v / 3600.0) for v in left]
+        x[:, col("service")] = log_scaled(service / 3600.0)
+        x[:, col("age")] = log_scaled((now - raw[:, 5]) / 3600.0)
+        x[:, col("left_known")] = ~np.isnan(left)
+        x[:, col("left")] = np.where(np.isnan(left), 0.0, log_scaled(np.nan_to_num(left) / 3600.0))
         x[:, col("share")] = held / total
-        x[:, col("priority")] = [int(j.spec.priority) - 1 for j in jobs]
+        x[:, col("priority")] = raw[:, 6]
         self.x = x
         self._given_col, self._room_col = col("given"), col("room")
         self._update_rows(np.arange(n))
         self.g = np.array(
-            [budget / total, np.log2(total) / 8.0, log_scaled(n, 6.0)],
+            [budget / total, np.log2(total) / 8.0, float(log_scaled(np.array(n), 6.0))],
             dtype=np.float64,
         )
         assert len(self.g) == len(GLOBAL_FEATURES)
@@ -151,7 +163,7 @@ class Round:
         """Give each job of ``order`` its minimum (or ``upto[i]`` GPUs), while they fit."""
         for i in order:
             want = int(self.lo[i] if upto is None else upto[i])
-            while self.given[i] < want and self.unit()[i] <= self.left:
+            while self.given[i] < want and (self.lo[i] if not self.given[i] else 1) <= self.left:
                 self.give(i)
                 self.why[i] = why
 
@@ -162,15 +174,6 @@ class Round:
         self.left -= step
         self._update_rows(i)
         self.g[0] = self.left / self.total
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """What the network decided in one round, for the reasons ``gctl why`` shows."""
-
-    value: float
-    stop_p: float
-    left: int
 
 
 class Dl2Policy:
@@ -252,10 +255,10 @@ class Dl2Policy:
         rnd.fill(
             waited, f"waited over {self.starve_after:g}s: given its minimum (starvation guard)"
         )
-        choice = self.choose(rnd, state, now)
+        value = self.choose(rnd, state, now)
         idle = [i for i in range(len(rnd.jobs)) if not rnd.held[i]] + list(range(len(rnd.jobs)))
         rnd.fill(idle, "dl2 stopped with GPUs left: given its minimum so that none idles")
-        return apply_counts(state, now, rnd, choice)
+        return apply_counts(state, now, rnd, value)
 
     def wants_introspection(self, state: ClusterState) -> bool:
         """Whenever there are jobs to reallocate."""
@@ -269,10 +272,11 @@ class Dl2Policy:
 
     # ---- one round -------------------------------------------------------
 
-    def choose(self, rnd: Round, state: ClusterState, now: float) -> Choice:
+    def choose(self, rnd: Round, state: ClusterState, now: float) -> float:
         """Run the network action by action until it stops or nothing more can be given.
 
-        Greedy (the best action) unless the policy samples (training).
+        Greedy (the best action) unless the policy samples (training). Returns
+        the network's value estimate of the round's start.
         """
         net, rec = self.net, self.recorder
         if rec is not None:
@@ -286,7 +290,7 @@ class Dl2Policy:
             logits = np.where(mask, s, -np.inf)
             i = int(logits.argmax())
             if logits[i] == -np.inf:
-                return Choice(value, 0.0, rnd.left)
+                return value
             stop = head.scores(rnd.g[0])[0]
             if self.sample is None and rec is None:
                 action = 0 if stop >= logits[i] else i + 1
@@ -294,9 +298,7 @@ class Dl2Policy:
                 action = self._draw(stop, logits)
                 rec.step(rnd.x.copy(), rnd.g.copy(), mask, action) if rec else None
             if action == 0:
-                top = max(stop, float(logits[i]))
-                p_stop = 1.0 / (1.0 + float(np.exp(logits - top).sum()) / np.exp(stop - top))
-                return Choice(value, p_stop, rnd.left)
+                return value
             i = action - 1
             rnd.give(i)
             new = net.hidden(rnd.x[i])
@@ -317,6 +319,10 @@ class Dl2Policy:
         return 1 + min(int(np.searchsorted(np.cumsum(p), r - p_stop)), len(p) - 1)
 
 
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else value
+
+
 def make_round(layout: Layout, state: ClusterState, now: float) -> Round | None:
     """The round a decision works on now, or None when it has nothing to decide.
 
@@ -332,7 +338,7 @@ def make_round(layout: Layout, state: ClusterState, now: float) -> Round | None:
 def _production(state: ClusterState, keep: Callable[[JobState], bool]) -> list[JobState]:
     """Production jobs that ``keep`` selects, in arrival order."""
     return sorted(
-        (j for j in state.jobs.values() if not j.opportunistic and keep(j)), key=lambda j: j.seq
+        (j for j in state.jobs.values() if not j.opportunistic and keep(j)), key=attrgetter("seq")
     )
 
 
@@ -349,10 +355,13 @@ def _movable(state: ClusterState, js: JobState) -> bool:
 # ---- counts into decisions ---------------------------------------------
 
 
-def apply_counts(state: ClusterState, now: float, rnd: Round, choice: Choice) -> list[Decision]:
-    """Turn a round's counts into decisions, committed as taken: frees, then grows, then starts."""
+def apply_counts(state: ClusterState, now: float, rnd: Round, value: float) -> list[Decision]:
+    """Turn a round's counts into decisions, committed as taken: frees, then grows, then starts.
+
+    ``value`` is the network's value estimate, given in the reasons ``gctl why`` shows.
+    """
     out: list[Decision] = []
-    said = f"value estimate {choice.value:.2f}"
+    said = f"value estimate {value:.2f}"
     for i, js in enumerate(rnd.jobs):
         target, held = int(rnd.given[i]), int(rnd.held[i])
         if not held or target >= held:
@@ -383,12 +392,12 @@ def apply_counts(state: ClusterState, now: float, rnd: Round, choice: Choice) ->
             why = rnd.why.get(i, f"dl2 chose {len(gpus)} GPUs for it") + f" ({said})"
             out += state.commit([Place(js.id, gpus, ShareMode.EXCLUSIVE, why)], now)
             continue
+        # no value estimate here: it changes every round, and a waiting job's reason
+        # is stored only when it changes
         if target:
-            why = f"dl2 chose {target} GPUs for it but no free set of them fits ({said})"
-        elif choice.left >= rnd.lo[i]:
-            why = f"dl2 gave it no GPU this interval: stop chosen (p={choice.stop_p:.2f}; {said})"
+            why = f"dl2 chose {target} GPUs for it but no free set of them fits"
         else:
-            why = f"dl2 gave it no GPU this interval: none left for it ({said})"
+            why = "dl2 gave it no GPU: they went to the jobs it ranked higher"
         if js.reason != why:
             out += state.commit([Queue(js.id, why)], now)
     return out
