@@ -60,18 +60,28 @@ class PolicyOptionError(ValueError):
     """An option the policy does not have, or a value it cannot take."""
 
 
+def registered(group: str) -> list[str]:
+    """Names registered in an entry-point group (policies, trainers), sorted."""
+    return sorted(ep.name for ep in entry_points(group=group))
+
+
+def registered_object(group: str, name: str) -> Any | None:
+    """What an entry-point group registers under ``name``, loaded; None when nothing is."""
+    matches = [ep for ep in entry_points(group=group) if ep.name == name]
+    return matches[0].load() if matches else None
+
+
 def available_policies() -> list[str]:
     """Names of every registered policy, sorted."""
-    return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    return registered(ENTRY_POINT_GROUP)
 
 
 def load_policy(name: str, **options: Any) -> Policy:
     """Instantiate the policy registered under ``name`` with ``options``."""
-    matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-    if not matches:
+    factory = registered_object(ENTRY_POINT_GROUP, name)
+    if factory is None:
         known = ", ".join(available_policies()) or "none"
         raise UnknownPolicyError(f"unknown policy {name!r} (registered: {known})")
-    factory = matches[0].load()
     try:
         policy = factory(**options)
     except TypeError as exc:

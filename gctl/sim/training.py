@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
 from gctl.core.model import Cluster
+from gctl.core.policy import registered, registered_object
 from gctl.sim.perf import PerfConfig
 from gctl.sim.workload import TraceJob
 
@@ -75,14 +75,13 @@ class TrainError(ValueError):
 
 def available_trainers() -> list[str]:
     """Names of every registered trainer, sorted."""
-    return sorted(ep.name for ep in entry_points(group=TRAINER_GROUP))
+    return registered(TRAINER_GROUP)
 
 
 def load_trainer(name: str) -> Trainer:
     """The trainer registered under ``name``."""
-    matches = [ep for ep in entry_points(group=TRAINER_GROUP) if ep.name == name]
-    if not matches:
+    trainer: Trainer | None = registered_object(TRAINER_GROUP, name)
+    if trainer is None:
         known = ", ".join(available_trainers()) or "none"
         raise TrainError(f"no trainer for policy {name!r} (trainers: {known})")
-    trainer: Trainer = matches[0].load()
     return trainer
