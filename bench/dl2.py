@@ -14,8 +14,8 @@
    64, 256 and 1,024 GPUs; target 5 ms. The network takes one action per
    GPU handed out, so the time grows with the GPUs more than with the jobs.
 
-Run: ``.venv/bin/python bench/dl2.py [--model MODEL]`` (with a model, step 1
-is skipped). Figures come from the simulator's performance model, not GPUs.
+Run: ``.venv/bin/python bench/dl2.py [--model MODEL | --keep MODEL]`` (with
+``--model``, step 1 is skipped; ``--keep`` keeps the model it trains). Figures come from the simulator's performance model, not GPUs.
 """
 
 from __future__ import annotations
@@ -160,11 +160,12 @@ def main() -> None:
     """Train (unless given a model), evaluate, time the inference."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="evaluate this model instead of training one")
+    parser.add_argument("--keep", type=Path, help="write the trained model here (and its curves)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model is None:
-            model = Path(tmp) / "dl2.npz"
+            model = args.keep or Path(tmp) / "dl2.npz"
             seconds = train(model)
             print(f"training: {seconds / 60:.1f} min wall on this machine")
         print(f"model: {model} ({Network.load(model).layout.hidden} hidden units)")

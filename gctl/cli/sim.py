@@ -167,13 +167,13 @@ def run_cmd(
 def train_cmd(
     ctx: typer.Context,
     policy: Annotated[str, typer.Argument(help="Learned policy to train (e.g. dl2).")],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="MODEL", help="Where to write the trained model.")
+    ],
     trace: Annotated[
         Path | None,
         typer.Argument(help="Trace to train on (philly or models CSV); omit with --from-store."),
     ] = None,
-    out: Annotated[
-        Path, typer.Option("--out", metavar="MODEL", help="Where to write the trained model.")
-    ] = Path("model.npz"),
     from_store: Annotated[
         bool,
         typer.Option(

@@ -370,7 +370,8 @@ def apply_counts(state: ClusterState, now: float, rnd: Round, value: float) -> l
             why = f"dl2 gave it no GPU this interval; back to the queue at a checkpoint ({said})"
             out += state.commit([Requeue(js.id, why)], now)
         else:
-            why = f"dl2 chose {target} GPUs for it, down from {held} ({said})"
+            chose = rnd.why.get(i, f"dl2 chose {target} GPUs for it")
+            why = f"{chose}, down from {held} ({said})"
             out += state.commit([Shrink(js.id, _keep(state, js.gpus, target), why)], now)
     for i, js in enumerate(rnd.jobs):
         target, held = int(rnd.given[i]), int(rnd.held[i])

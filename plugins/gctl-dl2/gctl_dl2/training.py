@@ -52,7 +52,7 @@ class Options:
     imitation: int = 6
     """Teacher episodes for the warm-up."""
     imitation_epochs: int = 30
-    episodes: int = 40
+    episodes: int = 150
     """Actor-critic episodes."""
     episode_days: float = 7.0
     teacher: str = "gandiva"
@@ -68,7 +68,7 @@ class Options:
     keep: float = 0.3
     """Fraction of each episode's steps stored in the buffer."""
     check_every: int = 5
-    checks: int = 2
+    checks: int = 4
     """Fixed windows the greedy policy is evaluated on to pick the model written."""
     hidden: int = 64
 
@@ -397,7 +397,23 @@ def train(request: TrainRequest, progress: TrainProgress | None) -> TrainSummary
             report("imitation: learning", u + 1, total_updates, None)
     best_jct = evaluate()
     best = {k: v.copy() for k, v in net.params.items()}
-    log.append({"phase": "check", "episode": 0, "avg_jct": best_jct, "imitation_loss": loss})
+    teacher_jct = float(
+        np.mean(
+            [
+                simulate(request, load_policy(opts.teacher), j, None)[0].metrics.avg_jct
+                for j in checks
+            ]
+        )
+    )
+    log.append(
+        {
+            "phase": "check",
+            "episode": 0,
+            "avg_jct": best_jct,
+            "teacher_jct": teacher_jct,
+            "imitation_loss": loss,
+        }
+    )
 
     # 2. actor-critic with replay
     replay: list[Sample] = [s for s in buffer if s.target is None]
@@ -448,11 +464,12 @@ def train(request: TrainRequest, progress: TrainProgress | None) -> TrainSummary
         "options": {f.name: getattr(opts, f.name) for f in fields(opts)},
         "layout": json.loads(layout.to_json()),
         "best_check_jct": best_jct,
+        "teacher_check_jct": teacher_jct,
         "episodes": log,
     }
     log_path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     write_svg(plot_path, log)
-    figures = {"best check avg JCT (s)": best_jct}
+    figures = {"best check avg JCT (s)": best_jct, "teacher's check avg JCT (s)": teacher_jct}
     if reward is not None:
         figures["running reward"] = reward
     return TrainSummary(
