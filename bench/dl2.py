@@ -15,7 +15,8 @@
    GPU handed out, so the time grows with the GPUs more than with the jobs.
 
 Run: ``.venv/bin/python bench/dl2.py [--model MODEL | --keep MODEL]`` (with
-``--model``, step 1 is skipped; ``--keep`` keeps the model it trains). Figures come from the simulator's performance model, not GPUs.
+``--model``, step 1 is skipped; ``--keep`` keeps the model it trains).
+Figures come from the simulator's performance model, not GPUs.
 """
 
 from __future__ import annotations
