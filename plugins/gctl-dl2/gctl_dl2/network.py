@@ -33,6 +33,15 @@ PARAMS = ("W1", "b1", "w2", "c2", "Ws", "bs", "ws", "cs", "wv", "cv")
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
+def shapes(layout: Layout) -> dict[str, tuple[int, ...]]:
+    """Each parameter's shape for ``layout``."""
+    f, h, h2, g = layout.width, layout.hidden, layout.hidden2, layout.globals
+    return {
+        "W1": (f, h), "b1": (h,), "w2": (h,), "c2": (1,),
+        "Ws": (h + g, h2), "bs": (h2,), "ws": (h2,), "cs": (1,), "wv": (h2,), "cv": (1,),
+    }  # fmt: skip
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
     out: np.ndarray = np.maximum(x, 0.0)
     return out
@@ -173,12 +182,12 @@ class Network:
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
             raise LayoutError(f"{path}: cannot read model: {exc}") from None
         net = cls(layout, params)
-        expected = cls.fresh(layout, 0).params
+        expected = shapes(layout)
         for k in PARAMS:
-            if params[k].shape != expected[k].shape:
+            if params[k].shape != expected[k]:
                 raise LayoutError(
                     f"{path}: parameter {k} has shape {params[k].shape},"
-                    f" its layout needs {expected[k].shape}"
+                    f" its layout needs {expected[k]}"
                 )
         return net
 

@@ -30,7 +30,6 @@ checkpoint) keep their GPUs; opportunistic jobs are left to TGS
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib.resources import files
 from operator import attrgetter
 from pathlib import Path
@@ -79,7 +78,11 @@ class Recorder(Protocol):
         ...
 
     def step(self, x: np.ndarray, g: np.ndarray, mask: np.ndarray, action: int) -> None:
-        """One action: 0 is stop, ``1 + i`` gives a GPU to the round's job ``i``."""
+        """One action: 0 is stop, ``1 + i`` gives a GPU to the round's job ``i``.
+
+        ``x`` and ``g`` are the round's own arrays, changed by the next action:
+        a recorder copies what it keeps.
+        """
         ...
 
 
@@ -163,13 +166,17 @@ class Round:
         """Give each job of ``order`` its minimum (or ``upto[i]`` GPUs), while they fit."""
         for i in order:
             want = int(self.lo[i] if upto is None else upto[i])
-            while self.given[i] < want and (self.lo[i] if not self.given[i] else 1) <= self.left:
+            while self.given[i] < want and self._unit(i) <= self.left:
                 self.give(i)
                 self.why[i] = why
 
+    def _unit(self, i: int) -> int:
+        """GPUs the next action on job ``i`` gives (:meth:`unit` for one job)."""
+        return int(self.lo[i]) if self.given[i] == 0 else 1
+
     def give(self, i: int) -> None:
         """Apply the action that gives job ``i`` its next GPU(s)."""
-        step = int(self.lo[i]) if self.given[i] == 0 else 1
+        step = self._unit(i)
         self.given[i] += step
         self.left -= step
         self._update_rows(i)
@@ -200,8 +207,7 @@ class Dl2Policy:
             net = Network.load(path)
         except LayoutError as exc:
             raise PolicyOptionError(f"dl2 option model: {exc}") from None
-        self._setup(net, float(interval), None, None)
-        self.starve_after, self.hold = float(starve_after), float(hold)
+        self._setup(net, float(interval), None, None, float(starve_after), float(hold))
 
     @classmethod
     def from_network(
@@ -213,7 +219,7 @@ class Dl2Policy:
     ) -> Dl2Policy:
         """A policy over an in-memory network; ``sample`` draws actions instead of the best one."""
         policy = cls.__new__(cls)
-        policy._setup(net, interval, sample, recorder)
+        policy._setup(net, interval, sample, recorder, STARVE_AFTER, HOLD)
         return policy
 
     def _setup(
@@ -222,11 +228,13 @@ class Dl2Policy:
         interval: float,
         sample: np.random.Generator | None,
         recorder: Recorder | None,
+        starve_after: float,
+        hold: float,
     ) -> None:
         self.net, self.interval = net, interval
         self.sample, self.recorder = sample, recorder
+        self.starve_after, self.hold = starve_after, hold
         self.next_at: float | None = None
-        self.starve_after, self.hold = STARVE_AFTER, HOLD
 
     # ---- the policy interface ------------------------------------------
 
@@ -292,11 +300,12 @@ class Dl2Policy:
             if logits[i] == -np.inf:
                 return value
             stop = head.scores(rnd.g[0])[0]
-            if self.sample is None and rec is None:
+            if self.sample is None:
                 action = 0 if stop >= logits[i] else i + 1
             else:
-                action = self._draw(stop, logits)
-                rec.step(rnd.x.copy(), rnd.g.copy(), mask, action) if rec else None
+                action = self._draw(self.sample, stop, logits)
+            if rec is not None:
+                rec.step(rnd.x, rnd.g, mask, action)
             if action == 0:
                 return value
             i = action - 1
@@ -306,14 +315,13 @@ class Dl2Policy:
             h[i] = new
             s[i] = net.score(new)
 
-    def _draw(self, stop: float, logits: np.ndarray) -> int:
-        """An action drawn from the softmax over stop and ``logits`` (the best one when greedy)."""
+    @staticmethod
+    def _draw(rng: np.random.Generator, stop: float, logits: np.ndarray) -> int:
+        """An action drawn from the softmax over stop and ``logits``."""
         top = max(stop, float(logits.max()))
         p = np.exp(logits - top)
         p_stop = float(np.exp(stop - top))
-        if self.sample is None:
-            return 0 if p_stop >= p.max() else 1 + int(p.argmax())
-        r = self.sample.random() * (p_stop + float(p.sum()))
+        r = rng.random() * (p_stop + float(p.sum()))
         if r < p_stop:
             return 0
         return 1 + min(int(np.searchsorted(np.cumsum(p), r - p_stop)), len(p) - 1)
@@ -329,17 +337,17 @@ def make_round(layout: Layout, state: ClusterState, now: float) -> Round | None:
     Its jobs are the running jobs that can move and the waiting ones; it
     hands out every GPU they hold and every free GPU.
     """
-    jobs = _production(state, lambda j: _movable(state, j) or j.status is JobStatus.PENDING)
+    jobs = sorted(
+        (
+            j
+            for j in state.jobs.values()
+            if not j.opportunistic and (j.status is JobStatus.PENDING or _movable(state, j))
+        ),
+        key=attrgetter("seq"),
+    )
     if not jobs:
         return None
     return Round(layout, state, now, jobs, state.total_free + sum(len(j.gpus) for j in jobs))
-
-
-def _production(state: ClusterState, keep: Callable[[JobState], bool]) -> list[JobState]:
-    """Production jobs that ``keep`` selects, in arrival order."""
-    return sorted(
-        (j for j in state.jobs.values() if not j.opportunistic and keep(j)), key=attrgetter("seq")
-    )
 
 
 def _movable(state: ClusterState, js: JobState) -> bool:

@@ -134,9 +134,9 @@ class Episode:
         self.add(Sample(x, g, mask, action, None))
 
     def add(self, sample: Sample) -> None:
-        """Keep a sample (a fraction of them, drawn at random)."""
+        """Keep a copy of a sample (a fraction of them, drawn at random)."""
         if self.rng.random() < self.keep:
-            sample.x = sample.x.astype(np.float32)
+            sample.x, sample.g = sample.x.astype(np.float32), sample.g.copy()
             self.samples.append((len(self.times) - 1, sample))
 
     def returns(self, end: float, finished: float, gamma: float, interval: float) -> np.ndarray:
@@ -217,8 +217,7 @@ class Imitator:
                 target[1:][short] = 1.0 / short.sum()
             else:
                 target[0] = 1.0
-            sample = Sample(rnd.x.copy(), rnd.g.copy(), mask, -1, target)
-            self.episode.add(sample)
+            self.episode.add(Sample(rnd.x, rnd.g, mask, -1, target))
             if not short.any():
                 break
             rnd.give(int(np.flatnonzero(short)[0]))
@@ -358,7 +357,7 @@ def train(request: TrainRequest, progress: TrainProgress | None) -> TrainSummary
         )
         net = Network.fresh(Layout(tuple(kinds), hidden=opts.hidden), request.seed)
     try:
-        teacher = load_policy(opts.teacher)
+        load_policy(opts.teacher)  # refused here, before any episode runs
     except (LookupError, PolicyOptionError) as exc:
         raise TrainError(f"teacher: {exc}") from None
     rng = np.random.default_rng(request.seed)
@@ -387,7 +386,6 @@ def train(request: TrainRequest, progress: TrainProgress | None) -> TrainSummary
         buffer += [s for _, s in episode.samples]
         log.append({"phase": "imitation", "episode": e, "avg_jct": result.metrics.avg_jct})
         report("imitation: teacher episodes", e + 1, opts.imitation, None)
-    del teacher
     total_updates = opts.imitation_epochs * max(len(buffer) // opts.batch, 1) if buffer else 0
     loss = 0.0
     for u in range(total_updates):
