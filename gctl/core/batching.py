@@ -90,7 +90,8 @@ def balance(global_batch: int, curves: Sequence[Curve]) -> list[int]:
             1 / curves[i].beta for i in free
         )
         shares = {i: (t - curves[i].alpha) / curves[i].beta for i in free}
-        low = [i for i, b in shares.items() if b < 1]
+        # a share of exactly 1 can come out a rounding error below it: not low
+        low = [i for i, b in shares.items() if b < 1 - 1e-9]
         if not low:
             break
         pinned.update(low)
