@@ -31,8 +31,10 @@ GPUs (the global batch never changes)::
 What gctl and the job agree on, in the job directory (``$GCTL_JOB_DIR``,
 ``/gctl`` in the container, kept on the host across restarts):
 
-- ``progress.json``: ``{"step", "steps", "time", "rate", "sdk"}``, replaced
-  atomically; the daemon reads it to measure progress. Its final form
+- ``progress.json``: ``{"step", "steps", "time", "rate", "span", "sdk"}``,
+  replaced atomically; the daemon reads it to measure progress (``rate`` is
+  steps a second over the last ``span`` seconds, both absent until ten
+  steps were taken). Its final form
   (:meth:`Run.finish`, or a report of the last of ``steps``) adds
   ``"done": true``: only then does gctl record a job that exits 0 as
   COMPLETED. An exit 0 before it, e.g. a checkpoint and exit on a SIGTERM
@@ -64,6 +66,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -102,6 +105,9 @@ class Run:
         self.gpu_models = [m for m in env.get("GCTL_GPU_MODELS", "").split(",") if m]
         """Each GPU's model (``V100``, ...): worker ``i`` runs on the ``i``-th."""
         self.emulated_gpus = env.get("GCTL_EMULATED_GPUS") == "1"
+        mem = env.get("GCTL_GPU_MEM_MB", "")
+        self.gpu_mem_mb = int(mem) if mem.isascii() and mem.isdigit() else None
+        """The job's GPU memory limit on each GPU (``--gpu-mem``), in MiB; None: none."""
         self.dir = Path(env.get("GCTL_JOB_DIR") or "/gctl")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_dir = self.dir / CHECKPOINT_DIR
@@ -243,6 +249,7 @@ class Run:
                 # Only a full window of steps since the start tells a steady rate; before
                 # that none, rather than 0 or a figure the start-up still drags down.
                 progress["rate"] = (len(self._recent) - 1) / span
+                progress["span"] = span
             if last:
                 progress["done"] = True
             if self.global_batch is not None:
@@ -290,14 +297,49 @@ class Run:
         self._asked_checkpoint = False
 
 
+def limit_gpu_memory(limit_mb: int) -> list[str]:
+    """Hand a GPU memory limit (MiB per GPU) to the frameworks already imported; those told.
+
+    gctl stops a job seen above its ``--gpu-mem`` (as an OOM kill); a
+    framework told the limit refuses the allocation instead, inside the job:
+    PyTorch's caching allocator through
+    ``torch.cuda.set_per_process_memory_fraction`` on each visible GPU, and
+    TensorFlow through a logical device memory limit on each GPU (possible
+    only before TensorFlow first uses its GPUs). A framework is never
+    imported here (importing TensorFlow alone takes GPU memory): import it
+    before :func:`start`, or call this once it is.
+    """
+    told: list[str] = []
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            total_mb = torch.cuda.get_device_properties(i).total_memory / 2**20
+            torch.cuda.set_per_process_memory_fraction(min(1.0, limit_mb / total_mb), i)
+        told.append("torch")
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        config = [tf.config.LogicalDeviceConfiguration(memory_limit=limit_mb)]
+        try:
+            for gpu in tf.config.list_physical_devices("GPU"):
+                tf.config.set_logical_device_configuration(gpu, config)
+            told.append("tensorflow")
+        except RuntimeError:  # its GPUs are in use already: too late to limit them
+            pass
+    return told
+
+
 def start(*, listen: bool = True, batch: int | None = None) -> Run:
     """The run of this container, from the ``GCTL_*`` environment; signals taken if asked.
 
     A first run writes a progress report at once, so gctl knows the job uses
     the SDK even if it is stopped before its first step. ``batch`` is the
     job's global batch, to be split over its GPUs by gctl (:meth:`Run.batch_size`).
+    A GPU memory limit (``--gpu-mem``) is handed to the frameworks already
+    imported (:func:`limit_gpu_memory`).
     """
     run = Run()
+    if run.gpu_mem_mb is not None:
+        limit_gpu_memory(run.gpu_mem_mb)
     if batch is not None:
         if batch < max(run.gpus, 1):
             raise ValueError(f"a global batch of {batch} cannot be split over {run.gpus} GPUs")

@@ -10,8 +10,10 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,7 +63,9 @@ def test_progress_is_throttled_unless_forced(tmp_path: Path) -> None:
     assert "rate" not in got  # 3 steps since the start: too few for a steady rate
     for step in range(4, 12):
         run.step(step, 20, force=True)
-    assert json.loads(progress.read_text())["rate"] > 0  # a full window of 11 steps
+    full = json.loads(progress.read_text())  # a full window of 11 steps
+    assert full["rate"] > 0 and full["span"] > 0
+    assert full["rate"] * full["span"] == pytest.approx(10)  # 10 steps over the span
 
 
 def test_only_the_final_report_says_the_work_is_done(
@@ -193,3 +197,60 @@ def test_start_refuses_a_batch_smaller_than_its_gpus(
     with pytest.raises(ValueError, match="batch of 2 cannot be split over 4 GPUs"):
         job.start(batch=2)
     assert job.start(batch=8).batch_sizes() == [2, 2, 2, 2]
+
+
+class _FakeCuda:
+    """A stand-in for ``torch.cuda`` (no torch here): two 16 GiB GPUs; records the fractions."""
+
+    def __init__(self) -> None:
+        self.fractions: list[tuple[float, int]] = []
+
+    def is_available(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return 2
+
+    def get_device_properties(self, i: int) -> Any:
+        return types.SimpleNamespace(total_memory=16 * 2**30)
+
+    def set_per_process_memory_fraction(self, fraction: float, device: int) -> None:
+        self.fractions.append((fraction, device))
+
+
+class _FakeTfConfig:
+    """A stand-in for ``tensorflow.config``; ``started`` refuses, as TF does once its GPUs run."""
+
+    def __init__(self, started: bool) -> None:
+        self.started = started
+        self.limits: list[tuple[str, int]] = []
+        self.LogicalDeviceConfiguration = lambda memory_limit: memory_limit
+
+    def list_physical_devices(self, kind: str) -> list[str]:
+        return ["GPU:0"] if kind == "GPU" else []
+
+    def set_logical_device_configuration(self, gpu: str, config: list[int]) -> None:
+        if self.started:
+            raise RuntimeError("Virtual devices cannot be modified after being initialized")
+        self.limits.append((gpu, config[0]))
+
+
+def test_the_gpu_memory_limit_is_handed_to_the_frameworks_already_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cuda = _FakeCuda()
+    tf_config = _FakeTfConfig(started=False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setitem(sys.modules, "tensorflow", types.SimpleNamespace(config=tf_config))
+    monkeypatch.setenv("GCTL_JOB_DIR", str(tmp_path / "j"))
+    monkeypatch.setenv("GCTL_GPU_MEM_MB", "4096")
+    run = job.start(listen=False)
+    assert run.gpu_mem_mb == 4096
+    assert cuda.fractions == [(0.25, 0), (0.25, 1)]  # 4 GiB of each 16 GiB GPU
+    assert tf_config.limits == [("GPU:0", 4096)]
+    tf_config.started = True
+    assert job.limit_gpu_memory(8192) == ["torch"]  # too late for TensorFlow: not claimed
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    assert job.limit_gpu_memory(8192) == []  # nothing imported: nothing imported here either
+    assert "torch" not in sys.modules and "tensorflow" not in sys.modules

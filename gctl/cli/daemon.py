@@ -103,6 +103,14 @@ def daemon(
             " job.",
         ),
     ] = 1.0,
+    gpu_mem_grace: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=PERIOD_MAX,
+            help="Seconds a job may stay above its --gpu-mem before it is stopped (FAILED).",
+        ),
+    ] = 2.0,
     profile_steps: Annotated[
         int,
         typer.Option(
@@ -146,6 +154,7 @@ def daemon(
             dcgm_dir=dcgm_dir,
             colocate=colocate,
             control_every=control_every,
+            gpu_mem_grace=gpu_mem_grace,
             batching=BatchOptions(profile_steps=profile_steps, profile_seconds=profile_seconds),
         )
     except ValueError as exc:

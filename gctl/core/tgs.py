@@ -152,6 +152,9 @@ class RateControl:
     """Smallest probe towards the ceiling: how finely the tipping point is resolved."""
     patience: int = 16
     """Extra samples beta holds at the floor, near the ceiling, before it probes again."""
+    confirm: int = 1
+    """Samples at a beta whose mean must miss before it counts as a miss: above 1 where the
+    rates are measured and one sample may be noise (the daemon), 1 where they are exact."""
 
     def __post_init__(self) -> None:
         """Refuse options the controller cannot work with, saying which and why."""
@@ -175,6 +178,8 @@ class RateControl:
             )
         if self.patience < 0:
             raise ValueError(f"patience must be >= 0, got {self.patience}")
+        if self.confirm < 1:
+            raise ValueError(f"confirm must be >= 1, got {self.confirm}")
 
     def target(self, reference: float) -> float:
         """The lowest production rate on target, given R."""
@@ -205,6 +210,8 @@ class RateControl:
         if mean > (1 + self.shift) * reference:  # R looks stale: hold, let the window decide
             return state
         on_target = mean >= self.target(reference)
+        if not on_target and held < self.confirm:  # one noisy sample is not a miss yet
+            return state
         if state.phase is Phase.SLOW_START:
             return self._slow_start(state, on_target)
         return self._aimd(state, on_target)

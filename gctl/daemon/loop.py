@@ -50,8 +50,9 @@ from gctl.config import site_policy
 from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
 from gctl.core.tgs import RateControl
-from gctl.daemon import dcgm, ends, intents, jobfiles, lease, passes
+from gctl.daemon import dcgm, ends, gpumem, intents, jobfiles, lease, passes
 from gctl.daemon.batching import Balancer, BatchOptions
+from gctl.daemon.gpumem import MemoryGuard
 from gctl.daemon.health import Heartbeat
 from gctl.daemon.inflight import Inflight, Work
 from gctl.daemon.jobfiles import mirror_dir
@@ -103,17 +104,23 @@ class DaemonConfig:
     """Seconds between checks that the store is still the one opened, and sound."""
     control_every: float = 1.0
     """Seconds between two rate-control steps of an opportunistic job beside a production job."""
+    gpu_mem_grace: float = gpumem.DEFAULT_GRACE
+    """Seconds a job may stay above its GPU memory limit before it is stopped."""
     colocate: bool = True
     """Whether opportunistic jobs may run beside production jobs, throttled (else idle only)."""
-    rate_control: RateControl | None = field(default_factory=RateControl)
+    rate_control: RateControl | None = field(default_factory=lambda: RateControl(confirm=2))
     """The TGS controller's options for opportunistic jobs beside production jobs; None runs
-    them unthrottled (only to measure what the control is worth)."""
+    them unthrottled (only to measure what the control is worth). A measured rate is noisy
+    (a guest's piece of GPU work may or may not fall in a production job's window), so a miss
+    is confirmed by a second sample."""
     batching: BatchOptions = field(default_factory=BatchOptions)
     """Bounds of a data-parallel job's batch profile, and the least gain worth a new split."""
 
     def __post_init__(self) -> None:
         """Reject periods no loop can keep."""
         periods = ("tick", "introspect_every", "heartbeat_every", "reconcile_every", "lease")
+        if not math.isfinite(self.gpu_mem_grace) or self.gpu_mem_grace < 0:
+            raise ValueError("--gpu-mem-grace must be a number from 0")
         for name in (*periods, "node_timeout", "grace", "health_every", "control_every"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -245,14 +252,18 @@ class _Loop:
         control = self.cfg.rate_control
         self.throttles = Throttles(control, lease=lease_s) if control is not None else None
         self.balancer = Balancer(self.cfg.batching)
+        self.guard = MemoryGuard(self.cfg.gpu_mem_grace)
 
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
         cfg, at, site, watch = self.cfg, now(), self.site, self.watch
         nodes, jobs = self._nodes_and_jobs()
         self._nodes = nodes
-        watch.look(nodes, jobs, self.throttles)
+        watch.look(nodes, jobs, self.throttles, self.guard.nodes())
         seen = watch.collect()
+        over = self.guard.check(seen)
+        if over:
+            _step("gpu-mem", lambda: gpumem.stop(site, over, self.inflight))
         throttles = self.throttles
         if throttles is not None:
             throttles.feed(seen)

@@ -193,6 +193,7 @@ class Site:
                     env=dict(job.env),
                     mounts=mounts,
                     cpuset=hostops.cpuset(gpus),
+                    cpuset_mems=hostops.numa_mems(gpus),
                     gpu_mem_mb=job.gpu_mem_mb,
                     emulated_dir=hostops.emulated_gpu_dir(node),
                     user=user,

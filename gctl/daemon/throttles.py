@@ -5,7 +5,9 @@ production job that runs alone there (what
 :mod:`gctl.core.opportunistic` places). For each pair the daemon keeps a
 :class:`gctl.core.tgs.RateControl` state; every new progress rate of the
 production job is one control step (the job SDK's step rate, else its own
-GPU utilisation from the node's GPU sample, an estimate), and the beta it
+GPU utilisation from the node's GPU sample, an estimate; an SDK rate
+measured partly before the guest's current beta took effect, by the host's
+clock, is skipped: it would judge the new beta by the old one), and the beta it
 gives is sent to the guest's throttle on the host (the agent's
 ``throttle-set``, :mod:`gctl.hosts.agent`) with the node's next
 observation. A node holding a pair is observed fully every
@@ -91,9 +93,14 @@ class Throttles:
                 continue
             for guest, pair in self.pairs.items():
                 sample = _sample(o.reports.get(pair.host)) or _estimate(o, pair.host)
-                if sample is not None and sample[0] != self._sampled.get(guest):
-                    self._sampled[guest] = sample[0]
-                    self.states[guest] = self.control.step(self.states[guest], sample[1])
+                if sample is None or sample[0] == self._sampled.get(guest):
+                    continue
+                self._sampled[guest] = sample[0]
+                at, rate, span = sample
+                since = o.throttled.get(pair.tdir)
+                if span is not None and since is not None and at - span < since:
+                    continue  # measured partly before the guest's beta took effect
+                self.states[guest] = self.control.step(self.states[guest], rate)
 
     def fast(self) -> set[str]:
         """Nodes to observe fully every control period: with pairs, or a throttle to stop."""
@@ -170,22 +177,28 @@ class Throttles:
         )
 
 
-def _estimate(o: Observation, job_id: int) -> tuple[float, float] | None:
-    """``(time, utilisation)`` of a production job without the SDK's rate, from the GPU sample.
+Sample = tuple[float, float, float | None]
+"""A production job's progress: ``(time, rate, span)``, the rate measured over the ``span``
+seconds up to ``time`` (the host's clock; None: unknown)."""
+
+
+def _estimate(o: Observation, job_id: int) -> Sample | None:
+    """A production job's progress without the SDK's rate: its utilisation in the GPU sample.
 
     Its own utilisation stands in for its rate, as in ``progress_rate``.
     """
     if o.sample is None:
         return None
     util = [j.util_percent for j in o.sample.jobs if j.job_id == job_id and j.util_percent]
-    return (o.began, max(util) / 100) if util else None
+    return (o.began, max(util) / 100, None) if util else None
 
 
-def _sample(report: jobfiles.Report | None) -> tuple[float, float] | None:
-    """``(time, rate)`` of the production job's last step report, when it has a rate."""
+def _sample(report: jobfiles.Report | None) -> Sample | None:
+    """The production job's last step report, when it has a rate (a span from SDKs that say)."""
     if report is None or not report.progress:
         return None
     at, rate = report.progress.get("time"), report.progress.get("rate")
+    span = report.progress.get("span")
     if not isinstance(at, int | float) or not isinstance(rate, int | float) or rate < 0:
         return None
-    return float(at), float(rate)
+    return float(at), float(rate), float(span) if isinstance(span, int | float) else None

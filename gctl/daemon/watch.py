@@ -23,7 +23,7 @@ containers stopped before it gets any new work.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,7 +65,8 @@ class Observation:
     job reports read, by job id, each of the attempt ``attempts`` names (the
     job's current one when the look began); ``boot_time`` and
     ``engine_start`` are when the host booted and its Docker engine started
-    (when known).
+    (when known); ``throttled`` is, by throttle directory, since when (the
+    host's clock) each throttle set by this look has had its beta.
     """
 
     node: str
@@ -79,6 +80,7 @@ class Observation:
     attempts: Mapping[int, int] = field(default_factory=dict)
     boot_time: float | None = None
     engine_start: float | None = None
+    throttled: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,7 @@ def observe(
         dirs = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in asked}
         reports: dict[int, jobfiles.Report] = {}
         boot = engine = None
+        throttled: dict[str, float] = {}
         if full or dirs:
             request: dict[str, Any] = {
                 "dirs": list(dirs.values()),
@@ -137,6 +140,10 @@ def observe(
             summaries = got.get("reports") or {}
             reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
             boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
+            for tdir, answer in (got.get("throttles") or {}).items():
+                since = _float(answer.get("since")) if isinstance(answer, dict) else None
+                if since is not None:
+                    throttled[str(tdir)] = since
         for job in asked:
             report = reports.get(job.job_id)
             if report is not None and _worth_saving(site, job, report, job.job_id in ended):
@@ -158,6 +165,7 @@ def observe(
             attempts,
             boot,
             engine,
+            throttled,
         )
     except HostError as exc:
         why = str(exc).partition(": ")[2] or str(exc)  # without the node's name
@@ -237,13 +245,16 @@ class Watch:
         nodes: Mapping[str, NodeRow],
         jobs: Mapping[str, list[JobHere]],
         throttles: Throttles | None = None,
+        urgent: Collection[str] = (),
     ) -> None:
         """Start an observation of every node that is due one and has none running.
 
         Nodes with opportunistic jobs under rate control get a full look every
-        ``control_every`` seconds, carrying their throttle settings.
+        ``control_every`` seconds, carrying their throttle settings; so do the
+        ``urgent`` nodes (a job above its GPU memory limit), without them.
         """
-        fast = throttles.fast() if throttles is not None else set()
+        controlled = throttles.fast() if throttles is not None else set()
+        fast = controlled | set(urgent)
         mono = time.monotonic()
         if self._never_seen is None:
             self._never_seen = set(nodes)
@@ -271,7 +282,7 @@ class Watch:
                 self._next_full[name] = mono + (wait if failed else self.heartbeat_every)
                 self._last_full[name] = mono
             settings = None
-            if full and throttles is not None and name in fast:
+            if full and throttles is not None and name in controlled:
                 settings = throttles.requests(name, hostops.docker_argv(row))
             future = self._pool.submit(
                 observe,

@@ -30,11 +30,13 @@ and a JSON answer on stdout:
 ``throttle-set``
     Sets an opportunistic container's rate limit beta (TGS): writes
     ``throttle.json`` in the throttle's directory (its mtime is the
-    throttle's lease) and starts the throttle unless one runs there.
+    throttle's lease) and starts the throttle unless one runs there; answers
+    since when (this host's clock) the container has had this beta.
 ``throttle``
     The throttle itself: duty-cycles the container's cgroup freezer (v1
     ``freezer.state``, else v2 ``cgroup.freeze``), thawed for ``beta`` of
-    every ``period`` and frozen for the rest, re-reading ``throttle.json``
+    every ``period`` and frozen for the rest (a longer cycle for a beta so
+    small that the thaw would be under :data:`MIN_THAW`), re-reading ``throttle.json``
     whenever it changes. It thaws the container and exits when the file is
     removed, when the file is older than its ``lease`` (the daemon stopped
     setting beta: a container is never left frozen for want of a daemon),
@@ -365,20 +367,33 @@ def freezer_of(pid: int) -> tuple[str, str, str]:
 
 
 def throttle_set(request: dict[str, Any]) -> dict[str, Any]:
-    """The ``throttle-set`` mode: beta for a container; the throttle's pid when one was started."""
+    """The ``throttle-set`` mode: beta for a container, and since when (this host's clock).
+
+    ``since`` is when this beta was first set (a progress rate measured
+    before it says nothing of it); ``started`` the throttle's pid when one
+    was started.
+    """
     tdir = str(request["dir"])
     os.makedirs(tdir, mode=0o700, exist_ok=True)
     beta = min(max(float(request["beta"]), 0.0), 1.0)
+    config = os.path.join(tdir, THROTTLE)
+    try:
+        with open(config, encoding="utf-8") as fh:
+            old = json.load(fh)
+        since = float(old["since"]) if old.get("beta") == beta else time.time()
+    except (OSError, ValueError, KeyError, TypeError):
+        since = time.time()
     doc = {
         "container": str(request["container"]),
         "beta": beta,
+        "since": since,
         "period": float(request.get("period", 0.1)),
         "lease": float(request.get("lease", 10.0)),
         "docker": list(request.get("docker") or ["docker"]),
     }
-    _write_json(os.path.join(tdir, THROTTLE), doc)
+    _write_json(config, doc)
     started = _start_once(os.path.join(tdir, THROTTLE_LOCK), tdir, THROTTLE_LOG, "throttle")
-    return {"started": started, "beta": beta}
+    return {"started": started, "beta": beta, "since": since}
 
 
 def split_set(request: dict[str, Any]) -> dict[str, Any]:
@@ -396,6 +411,24 @@ def split_set(request: dict[str, Any]) -> dict[str, Any]:
         os.close(fd)
     os.replace(tmp, os.path.join(job_dir, "split.json"))
     return {"version": int(split["version"])}
+
+
+MIN_THAW = 0.01
+"""Shortest thawed stretch of a throttle (s): a thaw much shorter than the host's scheduling
+latency lets the job do nothing at all, so a small beta stretches the cycle instead."""
+
+
+def duty_cycle(beta: float, period: float) -> tuple[float, float]:
+    """Seconds thawed, then frozen, of one throttle cycle running a job for ``beta`` of the time.
+
+    A cycle is ``period`` long unless its thawed part would be shorter than
+    :data:`MIN_THAW`; then the cycle is longer, for the same fraction.
+    """
+    beta = min(max(beta, 0.0), 1.0)
+    if beta in (0.0, 1.0):
+        return beta * period, (1 - beta) * period
+    thaw = max(beta * period, MIN_THAW)
+    return thaw, thaw * (1 - beta) / beta
 
 
 def throttle_stop(tdir: str) -> dict[str, Any]:
@@ -464,15 +497,15 @@ def throttle(tdir: str) -> None:
             if time.time() - mtime > float(doc["lease"]):
                 why = "lease expired"
                 break
-            period, beta = float(doc["period"]), float(doc["beta"])
-            if beta > 0:
+            thaw, freeze = duty_cycle(float(doc["beta"]), float(doc["period"]))
+            if thaw > 0:
                 if not _freeze(path, thawed):
                     break
-                time.sleep(beta * period)
-            if beta < 1:
+                time.sleep(thaw)
+            if freeze > 0:
                 if not _freeze(path, frozen):
                     break
-                time.sleep((1 - beta) * period)
+                time.sleep(freeze)
     finally:
         _freeze(path, thawed)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

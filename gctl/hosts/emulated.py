@@ -16,6 +16,8 @@ from __future__ import annotations
 
 EMULATED_UTIL_ENV = "GCTL_EMULATED_UTIL"
 """A job's env key declaring the utilisation (percent of one GPU) it shows on emulated GPUs."""
+EMULATED_GPU_MEM_ENV = "GCTL_EMULATED_GPU_MEM"
+"""A job's env key declaring the memory (MiB) it allocates on each of its emulated GPUs."""
 GPU_DIR_ENV = "GCTL_EMULATED_GPU_DIR"
 """The env key telling a job where its node's emulated-GPU files are."""
 GPU_DIR_IN_CONTAINER = "/run/gctl/emulated-gpus"
@@ -31,3 +33,10 @@ def declared_util(text: str) -> float:
     if not 0.0 <= value <= 100.0:
         raise ValueError(f"{EMULATED_UTIL_ENV}={text!r}: expected a percentage from 0 to 100")
     return value
+
+
+def declared_gpu_mem(text: str) -> int:
+    """``GCTL_EMULATED_GPU_MEM``'s value in MiB; ValueError unless a whole number from 0."""
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{EMULATED_GPU_MEM_ENV}={text!r}: expected a whole number of MiB")
+    return int(text)

@@ -26,7 +26,14 @@ import urllib3.connectionpool
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.types import DeviceRequest, HostConfig
 
-from gctl.hosts.emulated import EMULATED_UTIL_ENV, GPU_DIR_ENV, GPU_DIR_IN_CONTAINER, declared_util
+from gctl.hosts.emulated import (
+    EMULATED_GPU_MEM_ENV,
+    EMULATED_UTIL_ENV,
+    GPU_DIR_ENV,
+    GPU_DIR_IN_CONTAINER,
+    declared_gpu_mem,
+    declared_util,
+)
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
 
@@ -42,6 +49,7 @@ LABEL_GPU_UUIDS = "gctl.gpu-uuids"
 LABEL_EMULATED = "gctl.emulated"
 LABEL_GPU_MEM = "gctl.gpu-mem-mb"
 LABEL_EMULATED_UTIL = "gctl.emulated-util"
+LABEL_EMULATED_GPU_MEM = "gctl.emulated-gpu-mem-mb"
 JOB_DIR_IN_CONTAINER = "/gctl"
 """Where the per-job host directory (progress, checkpoints) appears inside the container."""
 
@@ -83,6 +91,8 @@ class ContainerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     cpuset: str | None = None
+    cpuset_mems: str | None = None
+    """The NUMA nodes whose memory the container may use (those of its GPUs; None: any)."""
     gpu_mem_mb: int | None = None
     memory_limit_mb: int | None = None
     emulated_dir: str | None = None
@@ -117,6 +127,8 @@ class ContainerSpec:
                 "GCTL_GPU_MODELS": ",".join(self.gpu_models),
             }
         )
+        if self.gpu_mem_mb is not None:
+            env["GCTL_GPU_MEM_MB"] = str(self.gpu_mem_mb)
         if self.emulated:
             env["GCTL_EMULATED_GPUS"] = "1"
             if self.emulated_dir:
@@ -139,6 +151,8 @@ class ContainerSpec:
             labels[LABEL_GPU_MEM] = str(self.gpu_mem_mb)
         if self.emulated and EMULATED_UTIL_ENV in self.env:
             labels[LABEL_EMULATED_UTIL] = self.env[EMULATED_UTIL_ENV]
+        if self.emulated and EMULATED_GPU_MEM_ENV in self.env:
+            labels[LABEL_EMULATED_GPU_MEM] = self.env[EMULATED_GPU_MEM_ENV]
         return labels
 
 
@@ -183,6 +197,19 @@ class ContainerState:
             return declared_util(self.labels.get(LABEL_EMULATED_UTIL, "100"))
         except ValueError:
             return 100.0
+
+    @property
+    def emulated_gpu_mem_mb(self) -> int | None:
+        """MiB this job allocates on each emulated GPU, as declared at submit (None: not)."""
+        try:
+            return declared_gpu_mem(self.labels.get(LABEL_EMULATED_GPU_MEM, ""))
+        except ValueError:
+            return None
+
+    @property
+    def gpu_mem_limit_mb(self) -> int | None:
+        """The job's ``--gpu-mem``: the most MiB it may use on each GPU (None: no limit)."""
+        return _number(self.labels.get(LABEL_GPU_MEM, ""))
 
 
 class _ChannelConnection(urllib3.connection.HTTPConnection):
@@ -468,6 +495,7 @@ def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
             binds=binds,
             device_requests=devices,
             cpuset_cpus=spec.cpuset,
+            cpuset_mems=spec.cpuset_mems,
             network_mode=spec.network,
             mem_limit=f"{spec.memory_limit_mb}m" if spec.memory_limit_mb else None,
             pids_limit=spec.pids_limit,

@@ -162,6 +162,13 @@ def _output(pool: Pool, target: Target, argv: list[str]) -> str:
     return res.text
 
 
+def numa_mems(gpus: list[GpuRow]) -> str | None:
+    """The NUMA nodes of these GPUs (memory near them), or None when any is unknown."""
+    if not gpus or any(g.numa_node is None for g in gpus):
+        return None
+    return gpu_probe.format_cpulist(g.numa_node for g in gpus if g.numa_node is not None)
+
+
 def cpuset(gpus: list[GpuRow]) -> str | None:
     """The CPUs near these GPUs (their NUMA nodes' CPUs), or None when any is unknown."""
     cpus: set[int] = set()

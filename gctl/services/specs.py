@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gctl.hosts.emulated import EMULATED_UTIL_ENV, GPU_DIR_IN_CONTAINER, declared_util
+from gctl.hosts.emulated import (
+    EMULATED_GPU_MEM_ENV,
+    EMULATED_UTIL_ENV,
+    GPU_DIR_IN_CONTAINER,
+    declared_gpu_mem,
+    declared_util,
+)
 from gctl.hosts.mounts import Mount
 from gctl.limits import (
     BATCH_BYTES_MAX,
@@ -147,9 +153,10 @@ def parse_env(text: str) -> tuple[str, str]:
         raise SpecError(f"{what}: expected KEY=VALUE with KEY a shell-style name")
     check_env_key(key, what)
     _text(value, what, SPEC_BYTES_MAX)
-    if key == EMULATED_UTIL_ENV:
+    check = {EMULATED_UTIL_ENV: declared_util, EMULATED_GPU_MEM_ENV: declared_gpu_mem}.get(key)
+    if check is not None:
         try:
-            declared_util(value)
+            check(value)
         except ValueError as exc:
             raise SpecError(f"{what}: {exc}") from None
     return key, value

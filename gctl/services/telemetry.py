@@ -9,9 +9,10 @@ Emulated GPUs have no figures of their own (:mod:`gctl.hosts.emulated`):
 each unpaused job on one keeps it as busy as its ``GCTL_EMULATED_UTIL``
 declares (default 100 %), a GPU's utilisation is the sum of those, capped
 at 100 %, and when they add up to more each job gets its declared share of
-the 100 %. A GPU's memory is what the jobs on it asked for (``--gpu-mem``),
-paused ones included since a frozen job keeps its memory. Every such figure
-is marked emulated.
+the 100 %. A job uses on each of its GPUs the memory its
+``GCTL_EMULATED_GPU_MEM`` declares, else what it asked for (``--gpu-mem``);
+a GPU's memory is the sum over its jobs, paused ones included since a
+frozen job keeps its memory. Every such figure is marked emulated.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gctl.hosts.engine import LABEL_GPU_MEM, ContainerState
+from gctl.hosts.engine import ContainerState
 from gctl.hosts.ssh import Pool
 from gctl.services import hostops
 from gctl.services.db import Store
@@ -56,6 +57,8 @@ class JobSample:
     util_percent: float | None
     memory_mb: int | None
     emulated: bool
+    memory_peak_mb: int | None = None
+    """The most it uses on any one of its GPUs (what ``--gpu-mem`` limits)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the fields, by name."""
@@ -149,7 +152,10 @@ def attribute_emulated(node: Host, containers: list[ContainerState]) -> NodeSamp
     """Figures for emulated GPUs, derived from the job containers on them."""
     on_gpu = _on_gpu(containers)
     busy = _on_gpu([c for c in containers if not c.paused])
-    asked = {c.id: _asked_mb(c) for c in containers}
+    asked = {
+        c.id: c.gpu_mem_limit_mb if c.emulated_gpu_mem_mb is None else c.emulated_gpu_mem_mb
+        for c in containers
+    }
     util = {i: min(100.0, sum(_declared(c) for c in on)) for i, on in busy.items()}
     gpus = tuple(
         GpuSample(
@@ -172,6 +178,7 @@ def attribute_emulated(node: Host, containers: list[ContainerState]) -> NodeSamp
             util_percent=_job_util(c, busy, lambda i: util.get(i, 0.0), _declared),
             memory_mb=_total(asked[c.id], len(c.gpu_indices)),
             emulated=True,
+            memory_peak_mb=asked[c.id],
         )
         for c in containers
     )
@@ -182,11 +189,6 @@ def _total(per_gpu: int | None, gpus: int) -> int | None:
     return None if per_gpu is None else per_gpu * gpus
 
 
-def _asked_mb(c: ContainerState) -> int | None:
-    value = c.labels.get(LABEL_GPU_MEM, "")
-    return int(value) if value.isdigit() else None
-
-
 def attribute_measured(
     node: Host, containers: list[ContainerState], doc: dict[str, Any]
 ) -> NodeSample:
@@ -195,10 +197,15 @@ def attribute_measured(
     on_gpu = _on_gpu(containers)
     busy = _on_gpu([c for c in containers if not c.paused])
     memory: dict[str, int] = defaultdict(int)
+    per_gpu: dict[tuple[str, str], int] = defaultdict(int)
     for proc in doc.get("processes", []):
         cid = proc.get("container_id")
         if cid and proc.get("used_memory_mb") is not None:
             memory[str(cid)] += int(proc["used_memory_mb"])
+            per_gpu[str(cid), str(proc.get("gpu_uuid"))] += int(proc["used_memory_mb"])
+    peak: dict[str, int] = {}
+    for (cid, _), used in per_gpu.items():
+        peak[cid] = max(peak.get(cid, 0), used)
     models = {g.index: g.model for g in node.gpus}
     gpus = tuple(
         GpuSample(
@@ -223,6 +230,7 @@ def attribute_measured(
             ),
             memory_mb=memory.get(c.id),
             emulated=False,
+            memory_peak_mb=peak.get(c.id),
         )
         for c in containers
     )

@@ -20,8 +20,12 @@ Prints ``done`` and exits 0 at the end.
 GPUs (``$GCTL_EMULATED_GPU_DIR`` set) that compute reserves time on each of
 the job's emulated GPUs, so jobs sharing one queue for it as their kernels
 would on a real GPU: a file per GPU holds when it is next free, and a step
-takes the first slot free on all its GPUs (under ``flock`` for the instant
-of the reservation only, so a frozen job never blocks the others).
+takes the first slot free on all its GPUs, under ``flock`` for the instant
+of the reservation. A job frozen in that instant (a throttle's freezer)
+would hold the lock while frozen; a real GPU does not wait for a frozen
+process, so a lock held longer than :data:`LOCK_WAIT` is passed by (the
+reservation is then read and written unlocked, and the later of the two
+ends is kept).
 
 ``--batch B`` makes it a data-parallel job of global batch ``B`` over its
 GPUs (one worker each), split as gctl says (``run.batch_size``). Each step,
@@ -41,6 +45,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 from gctl import job
 
@@ -56,6 +61,37 @@ over the simulator's eight trace models of gavel's measured solo throughputs
 (``gctl/sim/data/profiles.json``); other models count as a V100."""
 
 
+LOCK_WAIT = 0.02
+"""Seconds a reservation waits for a GPU file's lock before it passes a (frozen) holder by."""
+
+
+def _lock(handle: TextIO) -> None:
+    """Lock a GPU file, or give up after :data:`LOCK_WAIT` (module docstring)."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.001)
+
+
+def _next_free(handle: TextIO) -> float:
+    handle.seek(0)
+    return float(handle.read() or 0)
+
+
+def _reserve(handle: TextIO, end: float) -> None:
+    """Write the GPU's new next-free time (never earlier than what is there now)."""
+    end = max(end, _next_free(handle))
+    handle.seek(0)
+    handle.truncate()
+    handle.write(repr(end))
+    handle.flush()
+
+
 class EmulatedGpus:
     """The job's emulated GPUs: compute reserves a slot of GPU time on all of them."""
 
@@ -69,12 +105,10 @@ class EmulatedGpus:
         handles = [open(f, "r+", encoding="ascii") for f in self.files]  # noqa: SIM115
         try:
             for h in handles:  # sorted order: no deadlock between multi-GPU jobs
-                fcntl.flock(h, fcntl.LOCK_EX)
-            start = max([time.time(), *(float(h.read() or 0) for h in handles)])
+                _lock(h)
+            start = max([time.time(), *(_next_free(h) for h in handles)])
             for h in handles:
-                h.seek(0)
-                h.truncate()
-                h.write(repr(start + seconds))
+                _reserve(h, start + seconds)
         finally:
             for h in handles:
                 h.close()  # closing releases the lock
@@ -86,11 +120,9 @@ class EmulatedGpus:
         ends = []
         for f, took in zip(self.files, seconds, strict=True):
             with open(f, "r+", encoding="ascii") as h:
-                fcntl.flock(h, fcntl.LOCK_EX)
-                start = max(begun, float(h.read() or 0))
-                h.seek(0)
-                h.truncate()
-                h.write(repr(start + took))
+                _lock(h)
+                start = max(begun, _next_free(h))
+                _reserve(h, start + took)
             ends.append(start + took)
         time.sleep(max(0.0, max(ends) - time.time()))
         return [end - begun for end in ends]

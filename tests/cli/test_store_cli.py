@@ -316,6 +316,7 @@ def test_batch_submission_is_all_or_nothing(gdb: Path, tmp_path: Path) -> None:
         (["submit", "--image", "x", "--elastic", "3:2", "--", "a"], "--elastic '3:2'"),
         (["submit", "--image", "x", "--env", "1A=b", "--", "a"], "--env '1A=b'"),
         (["submit", "--image", "x", "--env", "GCTL_EMULATED_UTIL=120", "--", "a"], "0 to 100"),
+        (["submit", "--image", "x", "--env", "GCTL_EMULATED_GPU_MEM=4G", "--", "a"], "of MiB"),
         (["submit", "--image", "x"], "command"),
         # Specs no container can ever run: refused now rather than retried by the daemon.
         (["submit", "--image", "x", "--", ""], "command: the program to run"),

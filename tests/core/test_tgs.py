@@ -140,6 +140,19 @@ def step_plant(beta: float) -> float:
     return 100.0 if beta <= 0.3 else 50.0
 
 
+def test_with_confirm_one_noisy_sample_holds_beta_and_a_second_decides_by_the_mean() -> None:
+    options = RateControl(profile_steps=1, confirm=2)
+    state = options.step(options.start(), 100.0)  # R = 100, slow start at beta_min
+    low = options.step(state, 90.0)  # a miss, alone: held, not cut
+    assert (low.phase, low.beta, low.held) == (Phase.SLOW_START, options.beta_min, 1)
+    on = options.step(low, 101.0)  # the mean of the two (95.5) is on target: doubled
+    assert (on.phase, on.beta) == (Phase.SLOW_START, 2 * options.beta_min)
+    missed = options.step(options.step(on, 90.0), 92.0)  # two misses: slow start ends
+    assert (missed.phase, missed.beta) == (Phase.AIMD, options.beta_min)
+    single = RateControl(profile_steps=1)  # confirm 1 (exact rates): the first miss decides
+    assert single.step(single.step(single.start(), 100.0), 90.0).phase is Phase.AIMD
+
+
 def test_profiling_holds_the_opportunistic_job_then_r_is_the_mean() -> None:
     state = OPTIONS.start()
     assert state.phase is Phase.PROFILING and state.beta == 0.0 and state.reference is None
@@ -369,6 +382,7 @@ BAD_OPTIONS = [
     ("resolution", 0.0),
     ("resolution", 1 / 16),  # coarser than increase
     ("patience", -1),
+    ("confirm", 0),
 ]
 
 

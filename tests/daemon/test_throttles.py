@@ -12,15 +12,23 @@ PAIR = Pair(guest=2, attempt=0, host=1, node="h1", container="gctl-s-2-0", tdir=
 DOCKER = ["docker"]
 
 
-def _look(at: float, rate: float | None = None, util: float | None = None) -> Observation:
+def _look(
+    at: float,
+    rate: float | None = None,
+    util: float | None = None,
+    span: float | None = None,
+    since: float | None = None,
+) -> Observation:
     reports = {}
     if rate is not None:
-        reports[1] = Report({"step": 1, "time": at, "rate": rate}, None, None)
+        progress = {"step": 1, "time": at, "rate": rate}
+        reports[1] = Report(progress if span is None else {**progress, "span": span}, None, None)
     sample = None
     if util is not None:
         job = JobSample(1, "c", "running", (0,), util, 100, True)
         sample = NodeSample("h1", None, "emulated", (), (job,))
-    return Observation("h1", at, 0, True, sample=sample, reports=reports)
+    throttled = {} if since is None else {PAIR.tdir: since}
+    return Observation("h1", at, 0, True, sample=sample, reports=reports, throttled=throttled)
 
 
 def test_a_new_pair_starts_held_and_each_new_rate_is_one_control_step() -> None:
@@ -56,3 +64,15 @@ def test_a_pair_that_ends_has_its_throttle_stopped_once() -> None:
     assert throttles.requests("h1", DOCKER) == [{"dir": "/w/throttles/2", "stop": True}]
     assert throttles.requests("h1", DOCKER) == [] and throttles.fast() == set()
     assert throttles.gauges() == []
+
+
+def test_a_rate_measured_partly_before_the_guests_beta_took_effect_is_not_judged() -> None:
+    """A 1 s rate window reported 0.5 s after the beta was set mixes the old beta in: skipped."""
+    throttles = Throttles(RateControl(profile_steps=1), lease=5.0)
+    throttles.update([PAIR])
+    throttles.feed([_look(10.5, rate=10.0, span=1.0, since=10.0)])
+    assert throttles.states[2].steps == 0
+    throttles.feed([_look(11.2, rate=10.0, span=1.0, since=10.0)])  # measured wholly after
+    assert throttles.states[2].steps == 1 and throttles.states[2].reference == 10.0
+    throttles.feed([_look(12.0, rate=5.0)])  # an SDK that does not say its span: judged
+    assert throttles.states[2].steps == 2

@@ -20,17 +20,20 @@ def _spec(**kw: object) -> ContainerSpec:
 
 
 def test_real_gpus_are_requested_by_uuid_from_the_nvidia_runtime() -> None:
-    cfg = host_config(_spec(cpuset="0-15", mounts=(Mount("/data", "/data", True),)), "1.41")
+    mounts = (Mount("/data", "/data", True),)
+    cfg = host_config(_spec(cpuset="0-15", cpuset_mems="0", mounts=mounts), "1.41")
     assert cfg["DeviceRequests"] == [
         {"Driver": "nvidia", "Count": 0, "DeviceIDs": ["GPU-aaaa", "GPU-bbbb"],
          "Capabilities": [["gpu"]], "Options": {}}
     ]  # fmt: skip
     assert sorted(cfg["Binds"]) == ["/data:/data:ro", "/var/lib/gctl/jobs/7:/gctl:rw"]
-    assert (cfg["CpusetCpus"], cfg["NetworkMode"]) == ("0-15", "host")
+    assert (cfg["CpusetCpus"], cfg["CpusetMems"], cfg["NetworkMode"]) == ("0-15", "0", "host")
+    assert "CpusetMems" not in host_config(_spec(), "1.41")  # NUMA unknown: any memory
 
 
 def test_emulated_gpus_request_no_device_but_get_the_same_env_and_labels() -> None:
     spec = _spec(emulated=True, env={"GCTL_NODE": "spoofed", "LR": "0.1"}, gpu_mem_mb=8000)
+    assert spec.environment()["GCTL_GPU_MEM_MB"] == "8000"  # the SDK hands it to the framework
     assert host_config(spec, "1.41").get("DeviceRequests") in (None, [])
     env = spec.environment()
     assert env["GCTL_NODE"] == "gpu01" and env["LR"] == "0.1"  # gctl's keys win
@@ -45,6 +48,9 @@ def test_emulated_gpus_request_no_device_but_get_the_same_env_and_labels() -> No
         "gctl.gpu-uuids": "GPU-aaaa,GPU-bbbb", "gctl.emulated": "1", "gctl.gpu-mem-mb": "8000",
     }  # fmt: skip
     assert spec.name == "gctl-5t0re-7-2"  # two stores on one engine never clash
+    declared = _spec(emulated=True, env={"GCTL_EMULATED_GPU_MEM": "6000"}, gpu_mem_mb=4000)
+    assert declared.labels()["gctl.emulated-gpu-mem-mb"] == "6000"
+    assert "gctl.emulated-gpu-mem-mb" not in _spec(env={"GCTL_EMULATED_GPU_MEM": "6000"}).labels()
 
 
 def test_remote_command_lines_quote_every_argument() -> None:

@@ -289,11 +289,24 @@ def test_ssh_config_alias_and_agent_login(hosts: dict[str, Any], tmp_path: Path)
 
 def test_logs_follow_and_cpu_pinning(host_store: db.Store, pool: Pool) -> None:
     engine, root = _engine(host_store, pool, "h2")
-    spec = _spec("h2", root, 51, (1,), *TRAIN, "--steps", "5", "--step-time", "0.2", cpuset="0")
+    spec = _spec(
+        "h2",
+        root,
+        51,
+        (1,),
+        *TRAIN,
+        "--steps",
+        "5",
+        "--step-time",
+        "0.2",
+        cpuset="0",
+        cpuset_mems="0",
+    )
     cid = engine.start(spec)
     lines = b"".join(engine.logs(cid, follow=True)).decode().splitlines()
     assert lines[-1] == "done" and lines[:5] == [f"step {i}/5" for i in range(1, 6)]
-    assert engine.api.inspect_container(cid)["HostConfig"]["CpusetCpus"] == "0"
+    pinned = engine.api.inspect_container(cid)["HostConfig"]
+    assert (pinned["CpusetCpus"], pinned["CpusetMems"]) == ("0", "0")
     engine.remove(cid)
 
 

@@ -110,7 +110,7 @@ def _throttle_events(store: db.Store, job: int) -> list[tuple[float, dict[str, A
     return [(at, dict(data)) for at, data in rows]
 
 
-def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_speed(
+def test_an_opportunistic_job_beside_a_production_job_gets_its_idle_gpu_time_under_control(
     host_store_of: Callable[[str], db.Store],
     hosts: dict[str, Any],
     start_daemon: Callable[..., Running],
@@ -118,9 +118,19 @@ def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_s
     """One emulated GPU: production computes half of each 0.1 s step; the guest wants all of it.
 
     The guest joins the production job (there is no idle GPU), is held while
-    R is profiled, then throttled. Targets (issue 20): production keeps 95 %
-    of R, the guest gets at least half of the GPU time production leaves
-    idle, settled within 60 s; asserted with margins.
+    R is profiled, then let in by the controller. Targets (issue 20):
+    production keeps 95 % of R, the guest gets at least half of the GPU time
+    production leaves idle, settled within 60 s; asserted with margins.
+
+    The guest's GPU work comes in 0.05 s pieces, each taken whole once issued
+    (the emulated GPU is a queue of reservations), so production, with 0.05 s
+    of slack in each step, can absorb one: the controller should find that
+    and let the guest in fully. (With pieces near production's whole step, a
+    piece per throttle cycle at the smallest beta already cost production
+    about 6 % here, beyond its 5 % budget: the controller then held the guest
+    near beta_min and re-profiled R, and the test measured the emulation's
+    floor rather than the controller. The tipping point itself is tested on
+    the controller, ``tests/core/test_tgs.py``.)
     """
     store = host_store_of("1xV100-16GB")
     nodes.set_admin_state(store, "h2", "drain", "only h1 in this test")
@@ -129,7 +139,9 @@ def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_s
     running = start_daemon(store)
     _wait("production reporting a rate", lambda: _rate_of(hosts, prod) is not None)
     alone = mean_rate(hosts, prod, 8.0)
-    guest = submit(store, *busy, "1.0", job_class="opportunistic", env=["GCTL_EMULATED_UTIL=100"])
+    piece = 0.05
+    greedy = ("--steps", "100000", "--step-time", str(piece), "--gpu-busy", "1.0")
+    guest = submit(store, *greedy, job_class="opportunistic", env=["GCTL_EMULATED_UTIL=100"])
     _wait("the guest running", lambda: _state(store, guest) == "RUNNING")
     ran = time.time()
 
@@ -139,13 +151,15 @@ def test_an_opportunistic_job_beside_a_production_job_is_throttled_to_keep_its_s
     _wait("the controller past slow start", aimd, timeout=60)
     settled = next(at for at, d in _throttle_events(store, guest) if d["phase"] == "aimd") - ran
     beside = mean_rate(hosts, prod, 15.0)
-    guest_share = mean_rate(hosts, guest, 15.0) * 0.1  # its steps are all GPU compute
+    guest_share = mean_rate(hosts, guest, 15.0) * piece  # its steps are all GPU compute
     print(
         f"production alone {alone:.2f} steps/s; beside the throttled guest {beside:.2f}"
         f" ({beside / alone:.1%} of R); the guest got {guest_share:.1%} of the GPU"
         f" ({guest_share / 0.5:.0%} of what production leaves idle); AIMD {settled:.0f} s"
         " after the guest started"
     )
+    for at, d in _throttle_events(store, guest):  # the controller's path, for a failure's report
+        print(f"  {at - ran:6.1f} s  {d}")
     assert beside >= 0.9 * alone
     assert guest_share >= 0.15
     reason = why.explain(store, guest).reason or ""

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from gctl.hosts import gpu_probe
-from gctl.hosts.engine import LABEL_EMULATED_UTIL, LABEL_GPUS, LABEL_JOB, ContainerState
+from gctl.hosts.engine import (
+    LABEL_EMULATED_GPU_MEM,
+    LABEL_EMULATED_UTIL,
+    LABEL_GPU_MEM,
+    LABEL_GPUS,
+    LABEL_JOB,
+    ContainerState,
+)
 from gctl.hosts.fake_nvml import FakeNVML
 from gctl.hosts.ssh import Target
 from gctl.services import hostops
@@ -18,9 +25,15 @@ CID_B = "b" * 64
 
 
 def _container(
-    cid: str, job: int, gpus: str, *, paused: bool = False, util: str | None = None
+    cid: str,
+    job: int,
+    gpus: str,
+    *,
+    paused: bool = False,
+    util: str | None = None,
+    **more: str,
 ) -> ContainerState:
-    labels = {LABEL_JOB: str(job), LABEL_GPUS: gpus}
+    labels = {LABEL_JOB: str(job), LABEL_GPUS: gpus, **more}
     if util is not None:
         labels[LABEL_EMULATED_UTIL] = util
     return ContainerState(
@@ -63,6 +76,7 @@ def test_measured_use_is_split_among_the_jobs_on_each_gpu(tmp_path: Path) -> Non
     jobs = {j.job_id: j for j in got.jobs}
     assert (jobs[1].util_percent, jobs[1].memory_mb) == (40.0, 5000)
     assert (jobs[2].util_percent, jobs[2].memory_mb) == (40.0, 6000)  # (80/2 + 40) / 2
+    assert (jobs[1].memory_peak_mb, jobs[2].memory_peak_mb) == (5000, 4000)  # its most on a GPU
     assert not any(j.emulated for j in jobs.values())
 
     paused = attribute_measured(
@@ -77,6 +91,18 @@ def test_cpuset_is_the_cpus_near_all_the_gpus() -> None:
     assert hostops.cpuset(near) == "0-4,8-11"
     assert hostops.cpuset([*near, GpuRow(index=2, cpu_affinity=None)]) is None
     assert hostops.cpuset([]) is None
+
+
+def test_numa_memory_is_that_of_the_gpus_nodes_when_every_one_is_known() -> None:
+    near = [
+        GpuRow(index=0, numa_node=1),
+        GpuRow(index=1, numa_node=0),
+        GpuRow(index=2, numa_node=1),
+    ]
+    assert hostops.numa_mems(near) == "0-1"
+    assert hostops.numa_mems(near[:1]) == "1"
+    assert hostops.numa_mems([*near, GpuRow(index=3, numa_node=None)]) is None
+    assert hostops.numa_mems([]) is None
 
 
 def test_emulated_use_is_what_the_jobs_declare_capped_at_one_gpu() -> None:
@@ -95,3 +121,19 @@ def test_emulated_use_is_what_the_jobs_declare_capped_at_one_gpu() -> None:
     jobs = {j.job_id: j.util_percent for j in got.jobs}
     assert jobs == {1: 20.0, 2: 30.0, 3: 44.4, 4: 55.6, 5: 0.0}  # 80 and 100 share the 100 %
     assert all(j.emulated for j in got.jobs) and all(g.emulated for g in got.gpus)
+
+
+def test_emulated_memory_is_the_declared_allocation_else_the_ask() -> None:
+    gpus = (HostGpu(0, "V100", 16384), HostGpu(1, "V100", 16384))
+    node = Host(Target("h1", "x"), None, True, gpus, "s1")
+    over = _container("a", 1, "0,1", **{LABEL_GPU_MEM: "4000", LABEL_EMULATED_GPU_MEM: "6000"})
+    asked = _container("b", 2, "0", **{LABEL_GPU_MEM: "3000"})
+    got = attribute_emulated(node, [over, asked, _container("c", 3, "1")])
+    jobs = {j.job_id: (j.memory_mb, j.memory_peak_mb) for j in got.jobs}
+    assert jobs == {1: (12000, 6000), 2: (3000, 3000), 3: (None, None)}
+    assert [g.memory_used_mb for g in got.gpus] == [9000, 6000]
+    assert (over.gpu_mem_limit_mb, over.emulated_gpu_mem_mb, got.jobs[2].memory_peak_mb) == (
+        4000,
+        6000,
+        None,
+    )

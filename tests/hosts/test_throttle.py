@@ -89,11 +89,20 @@ def test_the_throttle_runs_a_container_for_beta_of_the_time_and_thaws_it_when_it
     tdir = tmp_path / "throttle"
     free = _rate(out)
     assert free > 50
+    before = time.time()
     started = _set(tdir, docker, cid, 0.3, lease=60.0)
     assert started["started"] is not None and started["beta"] == 0.3
+    assert before <= started["since"] <= time.time()  # the host is this machine: one clock
     time.sleep(0.5)
     throttled = _rate(out)
     assert 0.15 * free <= throttled <= 0.45 * free, (free, throttled)
+    renewed = _set(tdir, docker, cid, 0.3, lease=60.0)  # the same beta: still since then
+    assert renewed["since"] == started["since"] and renewed["started"] is None
+    small = _set(tdir, docker, cid, 0.02, lease=60.0)  # 2 ms of a 0.1 s period: a longer cycle
+    assert small["since"] > started["since"]
+    time.sleep(1.0)
+    crawl = _rate(out, 3.0)
+    assert 0 < crawl <= 0.08 * free, (free, crawl)
     again = _set(tdir, docker, cid, 0.0, lease=2.0)  # a change is picked up by the same throttle
     assert again["started"] is None
     time.sleep(0.5)
@@ -140,3 +149,22 @@ def test_the_throttle_thaws_a_held_container_at_once_when_it_is_no_longer_wanted
     assert not _throttle_alive(tdir)
     assert _rate(out, 1.0) >= 0.7 * free
     assert why in (tdir / agent.THROTTLE_LOG).read_text()
+
+
+@pytest.mark.parametrize(
+    ("beta", "period", "thaw", "freeze"),
+    [
+        (0.0, 0.1, 0.0, 0.1),
+        (1.0, 0.1, 0.1, 0.0),
+        (0.3, 0.1, 0.03, 0.07),
+        (0.05, 0.1, agent.MIN_THAW, agent.MIN_THAW * 19),  # 5 ms would be too short to run
+        (2.0, 0.1, 0.1, 0.0),  # clamped
+    ],
+)
+def test_a_small_beta_stretches_the_cycle_rather_than_thawing_for_too_short_a_time(
+    beta: float, period: float, thaw: float, freeze: float
+) -> None:
+    got = agent.duty_cycle(beta, period)
+    assert got == pytest.approx((thaw, freeze))
+    if 0 < beta < 1:
+        assert got[0] / (got[0] + got[1]) == pytest.approx(beta)
