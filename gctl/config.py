@@ -27,6 +27,12 @@ SYSTEM_CONFIG = Path("/etc/gctl/gctl.toml")
 DEFAULT_WORK_DIR = "/var/lib/gctl"
 """Where job directories live on a host unless the node says otherwise."""
 
+
+def node_cache_dir(work_dir: str | None, cache_dir: str | None) -> str:
+    """Where a node caches datasets: its ``cache_dir``, else its work directory's ``datasets``."""
+    return cache_dir or f"{work_dir or DEFAULT_WORK_DIR}/datasets"
+
+
 PRIORITIES = ("low", "normal", "high")
 """Job priorities, lowest first."""
 

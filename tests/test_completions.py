@@ -58,6 +58,7 @@ NODE_COMMANDS = {
     "undrain",
     "down",
     "resume",
+    "set",
     "rm",
     "rekey",
     "probe",

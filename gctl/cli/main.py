@@ -7,7 +7,7 @@ import sys
 import typer
 
 from gctl import __version__
-from gctl.cli import admin, daemon, jobs, nodes, render, sim, watch
+from gctl.cli import admin, daemon, datasets, jobs, nodes, render, sim, watch
 from gctl.cli.errors import user_errors
 
 app = typer.Typer(
@@ -18,6 +18,7 @@ app = typer.Typer(
 app.command("init")(admin.init)
 app.add_typer(admin.app, name="db")
 app.add_typer(nodes.app, name="node")
+app.add_typer(datasets.app, name="dataset")
 app.command("submit")(jobs.submit)
 app.command("queue")(jobs.queue)
 app.add_typer(jobs.show_app, name="show")

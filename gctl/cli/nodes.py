@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Register nodes, list them (sinfo-like), drain, down, resume, remove.")
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with user, time).")]
+CacheDirOpt = Annotated[
+    str | None,
+    typer.Option(help="Where the node caches datasets (default: WORKDIR/datasets)."),
+]
+CacheSizeOpt = Annotated[
+    str | None,
+    typer.Option(help="Most the dataset cache may hold, e.g. 500G (default: the disk's space)."),
+]
 
 
 @app.command("add")
@@ -46,6 +54,8 @@ def add(
     work_dir: Annotated[
         str | None, typer.Option(help=f"Job directories on the host (default {DEFAULT_WORK_DIR}).")
     ] = None,
+    cache_dir: CacheDirOpt = None,
+    cache_size: CacheSizeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Record a node, once its SSH host key is confirmed.
@@ -72,6 +82,8 @@ def add(
         host_key_fingerprint=host_key_fingerprint,
         docker_host=docker_host,
         work_dir=work_dir,
+        cache_dir=cache_dir,
+        cache_size=cache_size,
     )
     if json_out:
         render.emit_json(view.to_dict())
@@ -153,6 +165,26 @@ _admin("drain", "Stop new work landing on a node; running jobs finish (needs --r
 _admin("undrain", "Return a drained node to service.")
 _admin("down", "Mark a node down; the daemon requeues its jobs (needs --reason).")
 _admin("resume", "Return a down or drained node to service (scontrol ... state=resume).")
+
+
+@app.command("set")
+def set_cmd(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Node name.")],
+    cache_dir: CacheDirOpt = None,
+    cache_size: CacheSizeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change a node's settings: its dataset cache's directory and size."""
+    from gctl.services import nodes
+
+    if cache_dir is None and cache_size is None:
+        raise UsageError("nothing to set: give --cache-dir and/or --cache-size")
+    view = nodes.set_cache(store(ctx), name, cache_dir, cache_size)
+    if json_out:
+        render.emit_json(view.to_dict())
+    else:
+        render.message(f"node {view.name} updated")
 
 
 @app.command("rm")

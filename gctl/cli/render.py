@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from gctl.daemon.intents import Outcome
+    from gctl.services.datasets import DatasetView
     from gctl.services.defrag import Plan
     from gctl.services.events import EventView
     from gctl.services.jobs import JobDetail
@@ -348,6 +349,30 @@ def reasons_table(nodes: list[NodeView]) -> None:
     _show(table)
 
 
+def size(n: int) -> str:
+    """Bytes for people: ``1.2 GB`` (powers of 1000, as ``df -H``)."""
+    units = ("B", "kB", "MB", "GB", "TB")
+    value, i = float(n), 0
+    while value >= 1000 and i < len(units) - 1:
+        value, i = value / 1000, i + 1
+    return f"{n} B" if i == 0 else f"{value:.1f} {units[i]}"
+
+
+def dataset_table(views: list[DatasetView]) -> None:
+    """``gctl dataset ls``."""
+    table = _plain_table("NAME", "SIZE", "FILES", "SOURCE", "DIGEST")
+    for v in views:
+        _row(table, v.name, size(v.bytes), str(v.files), v.source, v.digest[:16])
+    _show(table)
+
+
+def dataset_detail(v: DatasetView) -> None:
+    """``gctl dataset show``: the dataset, and the nodes holding a copy."""
+    message(f"DatasetName={v.name} Source={v.source} Size={size(v.bytes)} Files={v.files}")
+    message(f"   Digest={v.digest} AddedBy={v.user} Added={_when(v.created_at)}")
+    message(f"   CachedOn={','.join(v.cached or ()) or '(none)'}")
+
+
 def node_detail(n: NodeView) -> None:
     """``gctl node show``: the node, then its GPUs and the jobs on them."""
     message(
@@ -358,6 +383,8 @@ def node_detail(n: NodeView) -> None:
         message(f"   Reason={n.reason} [{n.reason_user}@{_when(n.reason_time)}]")
     message(f"   HostKey={n.host_key_fingerprint or '-'} LastSeen={_when(n.last_seen)}")
     message(f"   DockerHost={n.docker_host or 'default'} WorkDir={n.work_dir}")
+    size = f"{n.cache_size_mb} MiB" if n.cache_size_mb is not None else "disk"
+    message(f"   CacheDir={n.cache_dir} CacheSize={size}")
     if n.last_error:
         message(f"   LastError={n.last_error}")
     table = _plain_table("GPU", "MODEL", "MEMORY", "SOCKET", "PCIE", "UUID", "JOBS")

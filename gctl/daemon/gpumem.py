@@ -28,7 +28,7 @@ from functools import partial
 
 from sqlalchemy import delete
 
-from gctl.daemon.health import DAEMON_USER
+from gctl.daemon import DAEMON_USER
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site, job_nodes
 from gctl.daemon.watch import Observation

@@ -19,14 +19,13 @@ from collections.abc import Mapping
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gctl.daemon import DAEMON_USER
 from gctl.daemon.site import Site
 from gctl.daemon.watch import Observation
 from gctl.services import events, nodes
 from gctl.store.engine import transaction
 from gctl.store.models import NodeRow
 
-DAEMON_USER = "gctl-daemon"
-"""Who the daemon's own node state changes are recorded as."""
 NOT_RESPONDING = "not responding"
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from gctl.config import SitePolicy
 from gctl.core.model import GpuRef
 from gctl.daemon import jobfiles
+from gctl.daemon.datafill import Fills
 from gctl.daemon.interference import Learned
 from gctl.daemon.jobfiles import Mirror
 from gctl.hosts.engine import ContainerSpec, ContainerState, Engine
@@ -64,6 +65,7 @@ class Launch:
     env: dict[str, Any]
     mounts: list[Any]
     gpu_mem_mb: int | None
+    datasets: list[Any]
 
     @classmethod
     def of(cls, row: JobRow) -> Launch:
@@ -112,6 +114,8 @@ class Site:
         self.done: dict[int, float] = {}
         """Each running job's fraction of work done by its job SDK's latest report (step/steps),
         by job row id, for policies that estimate remaining work."""
+        self.fills = Fills(store, pool)
+        """Dataset copies made sure of on the nodes (:mod:`gctl.daemon.datafill`)."""
         self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}
         self._engines_lock = threading.Lock()
 
@@ -176,6 +180,7 @@ class Site:
                 raise HostError(name, "node removed from the store")
             gpus = sorted((g for g in node.gpus if g.index in indices), key=lambda g: g.index)
             self.prepare(node, job.id, job.attempt, user)
+            data = self.fills.prepare(node, job.id, [str(d) for d in job.datasets])
             self.engine(node).start(
                 ContainerSpec(
                     job_id=job.id,
@@ -191,7 +196,8 @@ class Site:
                     job_dir=hostops.job_dir(node, self.store_id, job.id, job.attempt),
                     emulated=node.emulated,
                     env=dict(job.env),
-                    mounts=mounts,
+                    mounts=mounts + data.mounts,
+                    datasets=data.keys,
                     cpuset=hostops.cpuset(gpus),
                     cpuset_mems=hostops.numa_mems(gpus),
                     gpu_mem_mb=job.gpu_mem_mb,

@@ -31,8 +31,7 @@ from typing import Any
 from sqlalchemy import update
 
 from gctl.core.tgs import Phase, RateControl, RateState
-from gctl.daemon import jobfiles
-from gctl.daemon.health import DAEMON_USER
+from gctl.daemon import DAEMON_USER, jobfiles
 from gctl.daemon.watch import Observation
 from gctl.services import events
 from gctl.services.db import Store

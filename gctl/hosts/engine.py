@@ -26,6 +26,7 @@ import urllib3.connectionpool
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.types import DeviceRequest, HostConfig
 
+from gctl.hosts.cache_agent import LABEL_DATASETS
 from gctl.hosts.emulated import (
     EMULATED_GPU_MEM_ENV,
     EMULATED_UTIL_ENV,
@@ -90,6 +91,8 @@ class ContainerSpec:
     emulated: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
+    datasets: tuple[str, ...] = ()
+    """The dataset copies it mounts (cache keys): a label, so no fill evicts them meanwhile."""
     cpuset: str | None = None
     cpuset_mems: str | None = None
     """The NUMA nodes whose memory the container may use (those of its GPUs; None: any)."""
@@ -149,6 +152,8 @@ class ContainerSpec:
         }
         if self.gpu_mem_mb is not None:
             labels[LABEL_GPU_MEM] = str(self.gpu_mem_mb)
+        if self.datasets:
+            labels[LABEL_DATASETS] = ",".join(self.datasets)
         if self.emulated and EMULATED_UTIL_ENV in self.env:
             labels[LABEL_EMULATED_UTIL] = self.env[EMULATED_UTIL_ENV]
         if self.emulated and EMULATED_GPU_MEM_ENV in self.env:

@@ -309,6 +309,50 @@ class Pool:
             raise HostError(target.node, f"{what} failed: {why}")
         return res
 
+    def pipe(
+        self,
+        source: Target,
+        source_argv: Sequence[str],
+        target: Target,
+        target_argv: Sequence[str],
+        *,
+        header: bytes = b"",
+        timeout: float,
+    ) -> tuple[int, Result, Result]:
+        """Run ``source_argv`` into ``target_argv``: ``header``, then the source's stdout.
+
+        The stream goes through this machine, so the nodes need no access to
+        each other. Returns the bytes moved and both results (the source's
+        without its stdout); ``timeout`` bounds the whole transfer.
+        """
+        deadline = time.monotonic() + timeout
+        moved = 0
+        src = self.open(source, source_argv, timeout=timeout)
+        try:
+            dst = self.open(target, target_argv, timeout=timeout)
+            try:
+                dst.sendall(header)
+                while block := src.recv(1 << 20):
+                    dst.sendall(block)
+                    moved += len(block)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                dst.shutdown_write()
+                into = _collect(dst, deadline)
+            except TimeoutError as exc:
+                raise CommandTimeout(target.node, f"copy ran past {timeout:g} s") from exc
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise HostError(target.node, f"copy: connection lost: {_why(exc)}") from exc
+            finally:
+                dst.close()
+            try:
+                sent = _collect(src, deadline)
+            except (TimeoutError, paramiko.SSHException, OSError, EOFError) as exc:
+                raise HostError(source.node, f"copy: {_why(exc)}") from exc
+        finally:
+            src.close()
+        return moved, sent, into
+
     def open(
         self, target: Target, argv: Sequence[str], *, timeout: float | None = None
     ) -> paramiko.Channel:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gctl.config import DEFAULT_WORK_DIR
+from gctl.config import DEFAULT_WORK_DIR, node_cache_dir
 from gctl.hosts import gpu_probe
 from gctl.hosts.engine import Engine
 from gctl.hosts.ssh import HostError, Pool, Target, fan_out
@@ -102,13 +102,19 @@ def engine(pool: Pool, row: NodeRow, sid: str) -> Engine:
     return Engine(pool, target(row), sid, docker_host=row.docker_host)
 
 
-def _work_dir(row: NodeRow) -> str:
+def work_dir(row: NodeRow) -> str:
+    """The node's gctl work directory on its host."""
     return row.work_dir or DEFAULT_WORK_DIR
+
+
+def cache_dir(row: NodeRow) -> str:
+    """The node's dataset cache directory on its host (:mod:`gctl.services.datacache`)."""
+    return node_cache_dir(row.work_dir, row.cache_dir)
 
 
 def store_dir(row: NodeRow, sid: str) -> str:
     """The store's tree on a node's host (see :mod:`gctl.hosts.agent`)."""
-    return f"{_work_dir(row)}/stores/{sid}"
+    return f"{work_dir(row)}/stores/{sid}"
 
 
 def agent_dir(row: NodeRow, sid: str) -> str:
@@ -133,7 +139,7 @@ def docker_argv(row: NodeRow) -> list[str]:
 
 def emulated_gpu_dir(row: NodeRow) -> str | None:
     """The node's emulated-GPU directory on its host (:mod:`gctl.hosts.emulated`), if emulated."""
-    return f"{_work_dir(row)}/emulated-gpus" if row.emulated else None
+    return f"{work_dir(row)}/emulated-gpus" if row.emulated else None
 
 
 def gpu_script(pool: Pool, target: Target, mode: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from gctl.store.engine import transaction
 from gctl.store.models import (
     AllocationRow,
     CoRunRow,
+    DatasetRow,
     EventRow,
     GpuRow,
     IntentRow,
@@ -113,6 +114,17 @@ def _row_values(req: JobRequest, me: Who, at: float) -> dict[str, Any]:
     }
 
 
+def _check_datasets(s: Session, reqs: list[JobRequest]) -> None:
+    """Refuse a job naming a dataset that is not recorded (``gctl dataset add``)."""
+    named = {d.partition(":")[0] for r in reqs for d in r.datasets}
+    if not named:
+        return
+    known = set(s.scalars(select(DatasetRow.name).where(DatasetRow.name.in_(sorted(named)))))
+    missing = sorted(named - known)
+    if missing:
+        raise ServiceError(f"unknown dataset {missing[0]!r} (gctl dataset ls)")
+
+
 def submit(store: Store, requests: Iterable[JobRequest]) -> list[int]:
     """Store new pending jobs in one transaction; their ids, in order.
 
@@ -130,6 +142,7 @@ def submit(store: Store, requests: Iterable[JobRequest]) -> list[int]:
     at = now()
     values = [_row_values(r, me, at) for r in reqs]
     with transaction(store.engine, write=True) as s:
+        _check_datasets(s, reqs)
         if not me.operator:
             held = s.scalar(
                 select(func.coalesce(func.sum(JobRow.gpus), 0)).where(

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from gctl.config import DEFAULT_WORK_DIR
+from gctl.config import DEFAULT_WORK_DIR, node_cache_dir
 from gctl.limits import NAME_MAX, SPEC_ITEMS_MAX, TEXT_MAX, check_int, check_text, shown
 from gctl.services import access, events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
+from gctl.services.specs import SpecError, parse_size_mb
 from gctl.sim.cluster_spec import ClusterSpecError, node_gpus, parse_cluster, parse_gpu_kind
 from gctl.store.engine import transaction
 
@@ -93,6 +94,10 @@ class NodeView:
     docker_host: str | None
     work_dir: str
     gpus: tuple[GpuView, ...] = field(default=())
+    cache_dir: str = ""
+    """Where the node caches datasets."""
+    cache_size_mb: int | None = None
+    """The most its dataset cache may hold (None: its disk's free space)."""
 
     @property
     def state_flag(self) -> str:
@@ -122,6 +127,8 @@ class NodeView:
             "host_key_fingerprint": self.host_key_fingerprint,
             "docker_host": self.docker_host,
             "work_dir": self.work_dir,
+            "cache_dir": self.cache_dir,
+            "cache_size_mb": self.cache_size_mb,
             "gpus": [g.to_dict() for g in self.gpus],
         }
 
@@ -192,6 +199,8 @@ def add_node(
     host_key_fingerprint: str,
     docker_host: str | None = None,
     work_dir: str | None = None,
+    cache_dir: str | None = None,
+    cache_size: str | None = None,
 ) -> NodeView:
     """Record a new node with the host key fingerprint the operator confirmed."""
     access.operator_only(store, "gctl node add")
@@ -208,6 +217,7 @@ def add_node(
             check_text(value, flag, limit=limit)
     if work_dir is not None and not work_dir.startswith("/"):
         raise ServiceError(f"--work-dir {shown(work_dir)}: give an absolute path on the host")
+    cache_dir, cache_mb = _cache(cache_dir, cache_size)
     check_host(host)
     check_int(port, "--port", high=65535)
     gpus = parse_emulated(emulate_gpus) if emulate_gpus else []
@@ -225,6 +235,8 @@ def add_node(
             host_key_fingerprint=host_key_fingerprint,
             docker_host=docker_host,
             work_dir=work_dir,
+            cache_dir=cache_dir,
+            cache_size_mb=cache_mb,
             emulated=bool(gpus),
             gpus=gpus,
         )
@@ -232,6 +244,42 @@ def add_node(
         s.flush()
         what = f" with emulated GPUs {emulate_gpus}" if gpus else ""
         events.record(s, "node.add", f"node {name} added ({host}:{port}){what}", node=name)
+        return views(s, [row], detail=True)[0]
+
+
+CACHE_SIZE_MAX_MB = 1 << 30
+"""The largest dataset cache a node may be given (1 PiB)."""
+
+
+def _cache(cache_dir: str | None, cache_size: str | None) -> tuple[str | None, int | None]:
+    """Checked ``--cache-dir`` and ``--cache-size`` (in MiB)."""
+    if cache_dir is not None:
+        check_text(cache_dir, "--cache-dir", limit=TEXT_MAX)
+        if not cache_dir.startswith("/") or cache_dir.rstrip("/") == "":
+            raise ServiceError(f"--cache-dir {shown(cache_dir)}: give an absolute path on the host")
+    try:
+        size = (
+            None
+            if cache_size is None
+            else parse_size_mb(cache_size, "--cache-size", CACHE_SIZE_MAX_MB)
+        )
+    except SpecError as exc:
+        raise ServiceError(str(exc)) from None
+    return cache_dir, size
+
+
+def set_cache(store: Store, name: str, cache_dir: str | None, cache_size: str | None) -> NodeView:
+    """Change where the node caches datasets and how much it may hold (None: unchanged)."""
+    access.operator_only(store, "gctl node set")
+    cache_dir, cache_mb = _cache(cache_dir, cache_size)
+    with transaction(store.engine, write=True) as s:
+        row = _get(s, name)
+        if cache_dir is not None:
+            row.cache_dir = cache_dir.rstrip("/")
+        if cache_mb is not None:
+            row.cache_size_mb = cache_mb
+        what = f"cache {row.cache_dir or 'default'}, {row.cache_size_mb or 'unlimited'} MiB"
+        events.record(s, "node.set", f"node {name}: {what}", node=name)
         return views(s, [row], detail=True)[0]
 
 
@@ -482,6 +530,8 @@ def views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
                 host_key_fingerprint=r.host_key_fingerprint,
                 docker_host=r.docker_host,
                 work_dir=r.work_dir or DEFAULT_WORK_DIR,
+                cache_dir=node_cache_dir(r.work_dir, r.cache_dir),
+                cache_size_mb=r.cache_size_mb,
                 gpus=tuple(
                     GpuView(
                         g.index,

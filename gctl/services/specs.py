@@ -44,6 +44,7 @@ PRIORITIES = ("low", "normal", "high")
 CLASSES = ("production", "opportunistic")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DATASET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _MEM = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 _ELASTIC = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
 _MEM_MB = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}
@@ -113,16 +114,21 @@ def check_choice(value: str, choices: tuple[str, ...], flag: str) -> str:
     return str(low)
 
 
-def parse_gpu_mem(text: str) -> int:
-    """GPU memory such as ``8G``, ``16GiB`` or ``512M``, in MiB."""
+def parse_size_mb(text: str, flag: str, high_mb: int) -> int:
+    """A size such as ``8G``, ``16GiB`` or ``512M`` (no unit: MiB) in MiB, 1M to ``high_mb``."""
     m = _MEM.fullmatch(text.strip()) if isinstance(text, str) and len(text) <= 64 else None
     if m is None:
-        raise SpecError(f"--gpu-mem {shown(text)}: expected a size such as 8G, 16GiB or 512M")
+        raise SpecError(f"{flag} {shown(text)}: expected a size such as 8G, 16GiB or 512M")
     unit = (m.group(2) or "m")[0].lower()
     mb = round(min(float(m.group(1)), 1e18) * _MEM_MB[unit])  # 1e18: no round(inf)
-    if not 1 <= mb <= GPU_MEM_MAX_MB:
-        raise SpecError(f"--gpu-mem {shown(text)}: must be from 1M to {GPU_MEM_MAX_MB >> 20}T")
+    if not 1 <= mb <= high_mb:
+        raise SpecError(f"{flag} {shown(text)}: must be from 1M to {high_mb >> 20}T")
     return mb
+
+
+def parse_gpu_mem(text: str) -> int:
+    """GPU memory such as ``8G``, ``16GiB`` or ``512M``, in MiB."""
+    return parse_size_mb(text, "--gpu-mem", GPU_MEM_MAX_MB)
 
 
 def parse_elastic(text: str, gpus: int) -> tuple[int, int]:
@@ -176,13 +182,33 @@ def parse_mount(text: str) -> Mount:
         _no_control(path, what, TEXT_MAX)
         if not path.startswith("/"):
             raise SpecError(f"{what}: {shown(path)} is not an absolute path")
+    _target(dst, what)
+    return Mount(src, dst, mode == "ro")
+
+
+def _target(dst: str, what: str) -> str:
+    """A mount point in the container as Docker resolves it: not ``/``, nor gctl's own."""
     target = _in_container(dst)
     if target == "/":
         raise SpecError(f"{what}: cannot mount over the container's root /")
     for reserved in RESERVED_TARGETS:
         if target == reserved or target.startswith(reserved + "/"):
             raise SpecError(f"{what}: {reserved} is reserved by gctl in the container")
-    return Mount(src, dst, mode == "ro")
+    return target
+
+
+def parse_dataset(text: str) -> str:
+    """``NAME[:/mount]``: a dataset name, and where the job finds it (absolute, not reserved)."""
+    what = f"--dataset {shown(text)}"
+    _no_control(text, what, TEXT_MAX)
+    name, sep, mount = text.partition(":")
+    if not _DATASET.fullmatch(name):
+        raise SpecError(f"{what}: expected NAME or NAME:/mount/point")
+    if not sep:
+        return name
+    if not mount.startswith("/"):
+        raise SpecError(f"{what}: the mount point must be an absolute path")
+    return f"{name}:{_target(mount, what)}"
 
 
 def _in_container(dst: str) -> str:
@@ -267,7 +293,7 @@ def build(
         job_class=check_choice(job_class, CLASSES, "--class"),
         elastic=parse_elastic(elastic, gpus) if elastic else None,
         gpu_mem_mb=parse_gpu_mem(gpu_mem) if gpu_mem else None,
-        datasets=tuple(_no_control(d, "--dataset") for d in datasets),
+        datasets=tuple(parse_dataset(d) for d in datasets),
         env=check_env(env),
         mounts=check_mounts(mounts),
         profile=_no_control(profile, "--profile") if profile else None,

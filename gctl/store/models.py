@@ -14,7 +14,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Double, ForeignKey, Index, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Double,
+    ForeignKey,
+    Index,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -66,6 +76,10 @@ class NodeRow(Base):
     last_seen: Mapped[float | None]
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(default=now)
+    cache_dir: Mapped[str | None] = mapped_column(Text)
+    """Where the node keeps cached datasets (None: the work directory's ``datasets``)."""
+    cache_size_mb: Mapped[int | None]
+    """The dataset cache's capacity (None: the free space of its disk)."""
 
     gpus: Mapped[list[GpuRow]] = relationship(
         back_populates="node", cascade="all, delete-orphan", order_by="GpuRow.index"
@@ -262,6 +276,23 @@ class BatchCurveRow(Base):
     beta: Mapped[float]
     points: Mapped[list[Any]] = mapped_column(default=list)
     at: Mapped[float] = mapped_column(default=now)
+
+
+class DatasetRow(Base):
+    """A named directory jobs read, at its source (a path on a node), and what it holds."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    source_node: Mapped[str] = mapped_column(String(255))
+    source_path: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(String(64))
+    """The manifest hash (:func:`gctl.hosts.agent.manifest`): paths, sizes, content hashes."""
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int]
+    user: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[float] = mapped_column(default=now)
 
 
 class IntentRow(Base):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HEAD = "0007"
+HEAD = "0008"
 """The newest migration; a test checks it against the migrations directory."""
 
 BUSY_TIMEOUT_S = 30.0

@@ -20,6 +20,7 @@ from gctl.store import snapshot
 from gctl.store.engine import transaction
 from gctl.store.models import (
     AllocationRow,
+    DatasetRow,
     GpuRow,
     JobRow,
     JobStateRow,
@@ -78,6 +79,9 @@ def test_pending_queue_order_held_and_finished_jobs(
 ) -> None:
     monkeypatch.setenv("GCTL_USER", "ann")
     node(store, "a1")
+    with transaction(store.engine, write=True) as s:  # a recorded dataset the job may name
+        s.add(DatasetRow(name="imagenet", source_node="a1", source_path="/d", digest="0" * 64,
+                         bytes=1, files=1, user="root"))  # fmt: skip
     a, b, c, held, cancelled, done, requeued = jobs.submit(
         store,
         [

@@ -1,0 +1,118 @@
+"""The datasets a job names, on the node it starts on, before its container starts.
+
+For each dataset the job names (``--dataset NAME[:/mount]``) the node's
+cache gets an intact copy (:func:`gctl.services.datacache.ensure`: checked,
+else filled from a node this daemon filled before, else from the source),
+and the job gets it mounted read-only. Two jobs starting on one node with the
+same dataset copy it once: the second waits for the first's fill. A copy
+that was filled is an event (``dataset.fill``, with bytes and seconds); a
+dataset that cannot be had stops the start (a permanent failure when the
+copy never matches its digest: the job is held with the reason).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from gctl.daemon import DAEMON_USER
+from gctl.hosts.mounts import Mount
+from gctl.hosts.ssh import HostError, Pool
+from gctl.services import datacache, events, hostops
+from gctl.services.datasets import mount_of
+from gctl.services.db import Store
+from gctl.store.engine import transaction
+from gctl.store.models import DatasetRow, NodeRow
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a container needs for its datasets: read-only mounts, and the copies' keys."""
+
+    mounts: tuple[Mount, ...] = ()
+    keys: tuple[str, ...] = ()
+
+
+class Fills:
+    """The daemon's fills of node caches: one at a time per copy, and who holds which copy."""
+
+    def __init__(self, store: Store, pool: Pool) -> None:
+        self.store = store
+        self.pool = pool
+        self._locks: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()
+        self.holders: dict[str, set[str]] = defaultdict(set)
+        """Nodes this daemon filled or found with each copy, by key."""
+
+    def _lock(self, node: str, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks[node, key]
+
+    def _resolve(self, names: Sequence[str]) -> tuple[list[DatasetRow], dict[str, NodeRow]]:
+        """The datasets by name, and the nodes that are sources or holders, by name."""
+        with transaction(self.store.engine, write=False) as s:
+            rows = list(s.scalars(select(DatasetRow).where(DatasetRow.name.in_(sorted(names)))))
+            wanted = {r.source_node for r in rows}
+            with self._guard:
+                for r in rows:
+                    wanted |= self.holders[datacache.key(r.name, r.digest)]
+            nodes = {n.name: n for n in s.scalars(select(NodeRow).where(NodeRow.name.in_(wanted)))}
+            for item in [*rows, *nodes.values()]:
+                s.expunge(item)
+        return rows, nodes
+
+    def prepare(self, node: NodeRow, job_id: int, entries: Sequence[str]) -> Prepared:
+        """Make sure ``node`` has each dataset of the job; its mounts (HostError when not)."""
+        if not entries:
+            return Prepared()
+        wanted = [mount_of(e) for e in entries]
+        rows, nodes = self._resolve([name for name, _ in wanted])
+        by_name = {r.name: r for r in rows}
+        keys = [datacache.key(r.name, r.digest) for r in rows]
+        mounts: list[Mount] = []
+        used: list[str] = []
+        for name, target in wanted:
+            row = by_name.get(name)
+            if row is None:
+                raise HostError(node.name, f"dataset {name} was removed", permanent=True)
+            source = nodes.get(row.source_node)
+            if source is None:
+                why = f"dataset {name}: its source node {row.source_node} was removed"
+                raise HostError(node.name, why, permanent=True)
+            dataset = datacache.Dataset(row.name, row.digest, row.bytes, source, row.source_path)
+            with self._guard:
+                holders = [nodes[h] for h in sorted(self.holders[dataset.key]) if h in nodes]
+            with self._lock(node.name, dataset.key):
+                filled = datacache.ensure(self.pool, node, dataset, holders, keep=keys)
+            with self._guard:
+                self.holders[dataset.key].add(node.name)
+            if not filled.cached:
+                self._record(job_id, name, filled)
+            src = f"{hostops.cache_dir(node)}/{dataset.key}"
+            mounts.append(Mount(src, target, True))
+            used.append(dataset.key)
+        return Prepared(tuple(mounts), tuple(used))
+
+    def _record(self, job_id: int, name: str, filled: datacache.Filled) -> None:
+        message = f"job {job_id}: {filled.describe(name)}"
+        data = {
+            "dataset": name,
+            "bytes": filled.bytes,
+            "seconds": round(filled.seconds, 3),
+            "source": filled.source,
+            "evicted": list(filled.evicted),
+        }
+        with transaction(self.store.engine, write=True) as s:
+            events.record(
+                s,
+                "dataset.fill",
+                message,
+                job_id=job_id,
+                node=filled.node,
+                user=DAEMON_USER,
+                data=data,
+            )

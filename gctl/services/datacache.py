@@ -1,0 +1,166 @@
+"""Datasets on the nodes: each node's cache of copies, filled as one tar stream, checked by digest.
+
+A node keeps its copies in its cache directory (``gctl node set
+--cache-dir``, default ``WORKDIR/datasets``), each under its key
+``NAME@DIGEST[:16]``, managed by the cache agent (:mod:`gctl.hosts.cache_agent`:
+fills, checks, least-recently-used eviction within ``--cache-size``). A copy
+is filled from a node that holds one, else from the dataset's source, as a
+single ``tar`` stream through this machine (many small files move as one
+stream, and nodes need no access to each other), checked against the
+dataset's digest, and filled again once when it does not match. A copy whose
+files changed since it was filled is found at its next use and filled again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gctl.hosts import cache_agent
+from gctl.hosts.ssh import HostError, Pool, Target
+from gctl.services import hostops
+from gctl.store.models import NodeRow
+
+_AGENT = Path(cache_agent.__file__).read_text(encoding="utf-8")
+"""The cache agent's source, run by the host's ``python3 -c``."""
+COPY_TIMEOUT = 6 * 3600.0
+"""Seconds one copy of a dataset may take."""
+DEFAULT_MOUNT = "/datasets"
+"""Where a job finds a dataset it did not give a mount point for: ``/datasets/NAME``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """What filling a copy of a dataset needs: its identity and where it comes from."""
+
+    name: str
+    digest: str
+    bytes: int
+    source: NodeRow
+    source_path: str
+
+    @property
+    def key(self) -> str:
+        """The copy's directory name in a node's cache."""
+        return key(self.name, self.digest)
+
+
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """What making sure of a copy on a node did: ``cached`` when it was there already."""
+
+    node: str
+    key: str
+    cached: bool
+    bytes: int = 0
+    seconds: float = 0.0
+    source: str | None = None
+    evicted: tuple[str, ...] = ()
+
+    def describe(self, name: str) -> str:
+        """One line for an event: what was copied where, how fast, and what was evicted."""
+        rate = self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+        gone = f"; evicted {', '.join(self.evicted)}" if self.evicted else ""
+        return (
+            f"dataset {name} copied to {self.node} from {self.source}: {self.bytes} bytes"
+            f" in {self.seconds:.1f} s ({rate:.0f} MB/s){gone}"
+        )
+
+
+def key(name: str, digest: str) -> str:
+    """A copy's directory name in a node's cache: ``NAME@DIGEST[:16]``."""
+    return f"{name}@{digest[:16]}"
+
+
+def run(pool: Pool, target: Target, mode: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Run one mode of the cache agent on the host; its JSON answer (an error raised)."""
+    stdin = json.dumps(request).encode()
+    res = pool.run_ok(target, ["python3", "-c", _AGENT, mode], f"gctl cache {mode}", stdin=stdin)
+    got = res.json_object(target.node, f"gctl cache {mode}")
+    if "error" in got:
+        raise HostError(target.node, f"{mode}: {got['error']}")
+    return got
+
+
+def manifest(pool: Pool, node: NodeRow, path: str) -> dict[str, Any]:
+    """The digest, bytes and file count of a directory on a node."""
+    return run(pool, hostops.target(node), "manifest", {"dir": path})
+
+
+def ensure(
+    pool: Pool,
+    node: NodeRow,
+    dataset: Dataset,
+    holders: Sequence[NodeRow] = (),
+    keep: Collection[str] = (),
+) -> Filled:
+    """Make sure ``node`` has an intact copy of ``dataset``, filling it when not.
+
+    The copy comes from the first of ``holders`` (nodes with a copy), else
+    from the source. ``keep``: copies the fill must not evict (besides those
+    the node's containers use). A copy that does not match the digest is
+    filled once more, from the source; a second mismatch is permanent.
+    """
+    target, where = hostops.target(node), hostops.cache_dir(node)
+    asked = {"dir": where, "key": dataset.key, "digest": dataset.digest}
+    checked = run(pool, target, "check", asked)
+    if checked.get("cached"):
+        return Filled(node.name, dataset.key, cached=True)
+    sources = [(h, f"{hostops.cache_dir(h)}/{dataset.key}") for h in holders if h.name != node.name]
+    sources.append((dataset.source, dataset.source_path))
+    request = {
+        "dir": where,
+        "key": dataset.key,
+        "name": dataset.name,
+        "digest": dataset.digest,
+        "bytes": dataset.bytes,
+        "capacity": None if node.cache_size_mb is None else node.cache_size_mb << 20,
+        "docker": hostops.docker_argv(node),
+        "keep": sorted(keep),
+    }
+    header = json.dumps(request).encode() + b"\n"
+    for source, path in (sources[0], sources[-1]):
+        pack = ["tar", "-c", "-C", path, *(f"--exclude=./{f}" for f in cache_agent.OWN), "."]
+        fill = ["python3", "-c", _AGENT, "fill"]
+        moved, sent, into = pool.pipe(
+            hostops.target(source), pack, target, fill, header=header, timeout=COPY_TIMEOUT
+        )
+        if into.rc != 0:
+            last = into.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+            raise HostError(node.name, f"dataset {dataset.name}: gctl cache fill: {last[0]}")
+        got = into.json_object(node.name, "gctl cache fill")
+        if sent.rc != 0 and not got.get("cached"):
+            why = sent.stderr.decode(errors="replace").strip()[-200:]
+            raise HostError(source.name, f"dataset {dataset.name}: reading {path}: {why}")
+        if "error" not in got:
+            return Filled(
+                node.name,
+                dataset.key,
+                cached=bool(got.get("cached")),
+                bytes=moved,
+                seconds=float(got.get("seconds") or 0.0),
+                source=source.name,
+                evicted=tuple(got.get("evicted") or ()),
+            )
+        if not got.get("mismatch"):
+            raise HostError(node.name, f"dataset {dataset.name}: {got['error']}")
+    raise HostError(
+        node.name,
+        f"dataset {dataset.name}: the copy does not match its digest, twice"
+        " (has its source changed since `gctl dataset add`?)",
+        permanent=True,
+    )
+
+
+def listing(pool: Pool, node: NodeRow) -> dict[str, Any]:
+    """The copies in the node's cache (key, name, digest, bytes, last use) and its free bytes."""
+    return run(pool, hostops.target(node), "list", {"dir": hostops.cache_dir(node)})
+
+
+def remove(pool: Pool, node: NodeRow, copy: str) -> bool:
+    """Remove a copy from the node's cache unless a container uses it; whether one was there."""
+    request = {"dir": hostops.cache_dir(node), "key": copy, "docker": hostops.docker_argv(node)}
+    return bool(run(pool, hostops.target(node), "remove", request).get("removed"))

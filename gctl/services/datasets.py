@@ -1,0 +1,207 @@
+"""``gctl dataset``: named datasets at a source on a node, and their copies in the nodes' caches.
+
+A dataset is a directory on one of the nodes (``NODE:/path``), recorded with
+its manifest digest (paths, sizes, content hashes), size and file count when
+it is added; a changed source is a new dataset (remove and add it again).
+Jobs name datasets at submit (``--dataset NAME[:/mount]``); the daemon fills
+the node's cache before the job starts and mounts the copy read-only
+(:mod:`gctl.services.datacache`). Adding and removing datasets is for
+operators; every user may list them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from gctl.hosts.ssh import HostError, Pool, fan_out
+from gctl.limits import TEXT_MAX, check_text, shown
+from gctl.services import access, datacache, events, hostops
+from gctl.services.db import Store
+from gctl.services.errors import NotFound, ServiceError
+from gctl.services.nodes import named_rows
+from gctl.services.queue import FINISHED
+from gctl.store.engine import transaction
+from gctl.store.models import DatasetRow, JobRow, NodeRow
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetView:
+    """A dataset as ``ls``/``show`` give it; ``cached`` (show only): nodes holding a copy."""
+
+    name: str
+    source: str
+    digest: str
+    bytes: int
+    files: int
+    user: str
+    created_at: float
+    cached: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["cached"] = None if self.cached is None else list(self.cached)
+        return out
+
+
+def check_name(name: str) -> str:
+    """A dataset name: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit."""
+    if not _NAME.fullmatch(name):
+        raise ServiceError(
+            f"dataset name {shown(name)}: use letters, digits, '.', '_' or '-' (max 63)"
+        )
+    return name
+
+
+def parse_source(text: str) -> tuple[str, str]:
+    """``NODE:/path`` into its node and absolute path."""
+    check_text(text, "SOURCE", limit=TEXT_MAX)
+    node, sep, path = text.partition(":")
+    if not sep or not node or not path.startswith("/") or "\n" in path:
+        raise ServiceError(f"source {shown(text)}: expected NODE:/absolute/path")
+    return node, path.rstrip("/") or "/"
+
+
+def _view(row: DatasetRow, cached: tuple[str, ...] | None = None) -> DatasetView:
+    return DatasetView(
+        row.name,
+        f"{row.source_node}:{row.source_path}",
+        row.digest,
+        row.bytes,
+        row.files,
+        row.user,
+        row.created_at,
+        cached,
+    )
+
+
+def add(store: Store, name: str, source: str, digest: str | None, pool: Pool) -> DatasetView:
+    """Record a dataset after reading its manifest at the source (which must match ``digest``)."""
+    me = access.operator_only(store, "gctl dataset add")
+    check_name(name)
+    node_name, path = parse_source(source)
+    if digest is not None and not _DIGEST.fullmatch(digest):
+        raise ServiceError(f"--digest {shown(digest)}: expected 64 hex digits (SHA-256)")
+    with transaction(store.engine, write=False) as s:
+        if s.scalar(select(DatasetRow.id).where(DatasetRow.name == name)) is not None:
+            raise ServiceError(f"dataset {name!r} already exists (gctl dataset rm it first)")
+        node = s.scalar(select(NodeRow).where(NodeRow.name == node_name))
+        if node is None:
+            raise NotFound(f"unknown node {node_name!r} in source {shown(source)}")
+    try:
+        got = datacache.manifest(pool, node, path)
+    except HostError as exc:
+        raise ServiceError(f"reading {source}: {exc}") from None
+    if digest is not None and got["digest"] != digest:
+        raise ServiceError(f"{source} does not match --digest: its manifest is {got['digest']}")
+    with transaction(store.engine, write=True) as s:
+        if s.scalar(select(DatasetRow.id).where(DatasetRow.name == name)) is not None:
+            raise ServiceError(f"dataset {name!r} already exists (gctl dataset rm it first)")
+        row = DatasetRow(
+            name=name,
+            source_node=node_name,
+            source_path=path,
+            digest=str(got["digest"]),
+            bytes=int(got["bytes"]),
+            files=int(got["files"]),
+            user=me.name,
+        )
+        s.add(row)
+        s.flush()
+        message = f"dataset {name} added from {source}: {row.files} files, {row.bytes} bytes"
+        events.record(s, "dataset.add", message, data={"name": name, "digest": row.digest})
+        return _view(row)
+
+
+def list_all(store: Store) -> list[DatasetView]:
+    """Every dataset, by name."""
+    with transaction(store.engine, write=False) as s:
+        return [_view(r) for r in s.scalars(select(DatasetRow).order_by(DatasetRow.name))]
+
+
+def _get(store: Store, name: str) -> DatasetRow:
+    with transaction(store.engine, write=False) as s:
+        row = s.scalar(select(DatasetRow).where(DatasetRow.name == name))
+        if row is None:
+            raise NotFound(f"unknown dataset {name!r} (gctl dataset ls)")
+        s.expunge(row)
+        return row
+
+
+def show(store: Store, name: str, pool: Pool) -> DatasetView:
+    """One dataset, with the nodes that hold an intact-looking copy now (asked over SSH)."""
+    row = _get(store, name)
+    with transaction(store.engine, write=False) as s:
+        nodes = named_rows(s, None)
+        for n in nodes:
+            s.expunge(n)
+    wanted = datacache.key(row.name, row.digest)
+    by_target = {hostops.target(n): n for n in nodes}
+    got = fan_out(list(by_target), lambda t: datacache.listing(pool, by_target[t]))
+    cached = tuple(
+        sorted(
+            name
+            for name, answer in got.items()
+            if not isinstance(answer, HostError)
+            and any(e["key"] == wanted for e in answer.get("entries", []))
+        )
+    )
+    return _view(row, cached)
+
+
+def remove(store: Store, name: str) -> None:
+    """Forget a dataset no unfinished job names (node copies go when their space is needed)."""
+    access.operator_only(store, "gctl dataset rm")
+    with transaction(store.engine, write=True) as s:
+        row = s.scalar(select(DatasetRow).where(DatasetRow.name == name))
+        if row is None:
+            raise NotFound(f"unknown dataset {name!r} (gctl dataset ls)")
+        users = [
+            j.id
+            for j in s.scalars(select(JobRow).where(JobRow.state.not_in(sorted(FINISHED))))
+            if any(mount_of(d)[0] == name for d in j.datasets)
+        ]
+        if users:
+            ids = ", ".join(map(str, users[:10]))
+            raise ServiceError(f"dataset {name!r} is named by unfinished job(s) {ids}")
+        s.delete(row)
+        events.record(s, "dataset.rm", f"dataset {name} removed", data={"name": name})
+
+
+def warm(store: Store, name: str, node_names: list[str], pool: Pool) -> list[datacache.Filled]:
+    """Fill the named nodes' caches with the dataset now; what each fill did."""
+    access.operator_only(store, "gctl dataset warm")
+    row = _get(store, name)
+    with transaction(store.engine, write=False) as s:
+        nodes = named_rows(s, node_names or None)
+        source = s.scalar(select(NodeRow).where(NodeRow.name == row.source_node))
+        for n in [*nodes, *([source] if source is not None else [])]:
+            s.expunge(n)
+    if source is None:
+        raise ServiceError(f"dataset {name}: its source node {row.source_node!r} was removed")
+    dataset = datacache.Dataset(row.name, row.digest, row.bytes, source, row.source_path)
+    out: list[datacache.Filled] = []
+    for node in nodes:  # one after another: a later node can copy from an earlier one
+        holders = [n for n in nodes if any(f.node == n.name for f in out)]
+        try:
+            filled = datacache.ensure(pool, node, dataset, holders[::-1])
+        except HostError as exc:
+            raise ServiceError(f"warming {name} on {node.name}: {exc}") from None
+        out.append(filled)
+        if not filled.cached:
+            with transaction(store.engine, write=True) as s:
+                events.record(s, "dataset.fill", filled.describe(name), node=node.name)
+    return out
+
+
+def mount_of(entry: str) -> tuple[str, str]:
+    """A job's ``--dataset`` entry, ``NAME[:/mount]``: its name and mount point."""
+    name, sep, mount = entry.partition(":")
+    return name, mount if sep else f"{datacache.DEFAULT_MOUNT}/{name}"

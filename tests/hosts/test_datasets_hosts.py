@@ -1,0 +1,193 @@
+"""Datasets on the test hosts: added at a source on h1, filled into h2's cache before jobs start.
+
+Each test gives h2 a cache directory of its own (``gctl node set``), so the
+copies of one test never meet another's. Jobs run on h2 (h1 drained) and
+count what they see of the dataset, so a job that ran without its data fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clikit import run
+from daemonkit import STORES, Running, job_file, jobs_of, wait
+
+from gctl.hosts import cache_agent
+from gctl.services import db, nodes
+from gctl.services.datacache import key
+from gctl.store.engine import transaction
+from gctl.store.models import EventRow
+
+pytestmark = pytest.mark.usefixtures("clean_hosts")
+
+COUNT = (
+    "import os; n = sum(len(f) for _, _, f in os.walk('{mount}'));"
+    " open('/gctl/count', 'w').write(str(n)); assert n > 0"
+)
+
+
+def _dataset(root: Path, files: int, size: int = 64) -> Path:
+    for i in range(files):
+        sub = root / f"d{i % 10}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i}").write_bytes(os.urandom(size))
+    return root
+
+
+def _setup(
+    store: db.Store, tmp_path: Path, name: str, files: int, size: int = 64, cache: str | None = None
+) -> dict[str, Any]:
+    """A dataset ``name`` of ``files`` files on h1, h2's cache in ``tmp_path``; its record."""
+    if nodes.show_node(store, "h1").state != "drain":
+        nodes.set_admin_state(store, "h1", "drain", "jobs go to h2 in this test")
+    nodes.set_cache(store, "h2", str(tmp_path / "h2-cache"), cache)
+    src = _dataset(tmp_path / name, files, size)
+    code, out, err = run("dataset", "add", name, f"h1:{src}", "--json")
+    assert code == 0, err
+    return dict(json.loads(out), path=src)
+
+
+def _job(store: db.Store, name: str, mount: str | None = None, then: str = "") -> int:
+    where = mount or f"/datasets/{name}"
+    entry = f"{name}:{mount}" if mount else name
+    code = COUNT.format(mount=where) + then
+    return submit_command(store, ["python3", "-c", code], datasets=[entry])
+
+
+def submit_command(store: db.Store, command: list[str], **extra: Any) -> int:
+    from gctl.services import jobs, specs
+
+    req = specs.build(image="gctl-test/train:1", command=command, gpus=1, **extra)
+    return jobs.submit(store, [req])[0]
+
+
+def _fills(store: db.Store, job: int) -> list[dict[str, Any]]:
+    with transaction(store.engine, write=False) as s:
+        rows = s.execute(
+            EventRow.__table__.select().where(
+                EventRow.job_id == job, EventRow.kind == "dataset.fill"
+            )
+        ).all()
+    return [dict(r.data) for r in rows]
+
+
+def _done(store: db.Store, job: int) -> Callable[[], bool]:
+    return lambda: jobs_of(store)[job].state in ("COMPLETED", "FAILED")
+
+
+def test_a_job_gets_its_dataset_copied_once_checked_and_refetched_when_the_copy_changed(
+    host_store: db.Store,
+    hosts: dict[str, Any],
+    start_daemon: Callable[..., Running],
+    tmp_path: Path,
+) -> None:
+    ds = _setup(host_store, tmp_path, "small", files=2000)
+    assert ds["files"] == 2000 and len(ds["digest"]) == 64
+    start_daemon(host_store)
+    first = _job(host_store, "small", "/data")
+    wait("the first job done", _done(host_store, first), store=host_store)
+    assert jobs_of(host_store)[first].state == "COMPLETED", jobs_of(host_store)[first].reason
+    assert job_file(hosts, STORES[-1], "h2", first, "count") == "2002"  # + gctl's 2 files
+    [fill] = _fills(host_store, first)
+    assert fill["source"] == "h1" and fill["bytes"] > 2000 * 64
+    print(f"2,000 files ({ds['bytes']} bytes) copied h1 -> h2 in {fill['seconds']:.2f} s")
+
+    second = _job(host_store, "small")
+    wait("the second job done", _done(host_store, second), store=host_store)
+    assert jobs_of(host_store)[second].state == "COMPLETED"
+    assert _fills(host_store, second) == []  # the copy was there: no second copy
+
+    copy = tmp_path / "h2-cache" / key("small", ds["digest"])
+    (copy / "d3" / "f3").write_bytes(b"bit rot")  # the cached copy changes under gctl
+    third = _job(host_store, "small")
+    wait("the third job done", _done(host_store, third), store=host_store)
+    assert jobs_of(host_store)[third].state == "COMPLETED"
+    assert len(_fills(host_store, third)) == 1  # found changed, filled again
+    assert (copy / "d3" / "f3").read_bytes() == (ds["path"] / "d3" / "f3").read_bytes()
+
+    code, out, _ = run("dataset", "show", "small", "--json")
+    assert code == 0 and json.loads(out)["cached"] == ["h2"]
+
+
+def test_a_source_that_no_longer_matches_its_digest_holds_the_job_with_the_reason(
+    host_store: db.Store, start_daemon: Callable[..., Running], tmp_path: Path
+) -> None:
+    ds = _setup(host_store, tmp_path, "drifted", files=20)
+    (ds["path"] / "d0" / "f0").write_bytes(b"changed after gctl dataset add")
+    start_daemon(host_store)
+    job = _job(host_store, "drifted")
+    wait("the job held", lambda: jobs_of(host_store)[job].held, store=host_store)
+    reason = jobs_of(host_store)[job].reason or ""
+    assert "does not match its digest, twice" in reason, reason
+    assert not list((tmp_path / "h2-cache").glob("drifted@*"))  # nothing half-made kept
+
+
+def test_a_full_cache_evicts_the_least_recently_used_copy_and_never_one_in_use(
+    host_store: db.Store, start_daemon: Callable[..., Running], tmp_path: Path
+) -> None:
+    """h2's cache holds 1 MiB: one 800 kB dataset, not two."""
+    one = _setup(host_store, tmp_path, "one", files=100, size=8000, cache="1M")
+    two = _setup(host_store, tmp_path, "two", files=100, size=8000, cache="1M")
+    start_daemon(host_store)
+    reader = _job(host_store, "one", then="; import time; time.sleep(8)")  # holds "one" a while
+    wait("the reader running", lambda: jobs_of(host_store)[reader].state == "RUNNING")
+    wait("one cached", lambda: bool(_fills(host_store, reader)))
+    other = _job(host_store, "two")  # no room while "one" is in use: it waits
+    wait("the other job done", _done(host_store, other), timeout=120, store=host_store)
+    assert jobs_of(host_store)[reader].state == "COMPLETED"  # its data never went away
+    assert jobs_of(host_store)[other].state == "COMPLETED", jobs_of(host_store)[other].reason
+    [fill] = _fills(host_store, other)
+    assert fill["evicted"] == [key("one", one["digest"])]  # once the reader had ended
+    with transaction(host_store.engine, write=False) as s:
+        errors = s.scalars(
+            EventRow.__table__.select()
+            .with_only_columns(EventRow.message)
+            .where(EventRow.job_id == other, EventRow.kind == "job.error")
+        ).all()
+    assert errors and all("no room" in m for m in errors), errors  # waited, did not evict
+    cached = sorted(p.name for p in (tmp_path / "h2-cache").iterdir() if "@" in p.name)
+    assert [c for c in cached if not c.startswith(".")] == [key("two", two["digest"])]
+
+
+def test_a_daemon_killed_mid_copy_leaves_no_copy_marked_complete_and_the_next_finishes_it(
+    host_store: db.Store, hosts: dict[str, Any], tmp_path: Path
+) -> None:
+    ds = _setup(host_store, tmp_path, "big", files=300, size=1 << 20)  # 300 MiB
+    STORES.append(host_store)
+    job = _job(host_store, "big")
+    argv = [str(Path(sys.executable).with_name("gctl")), "--db", str(host_store.engine.url)]
+    argv += ["daemon", "--tick", "0.3", "--heartbeat-every", "0.5"]
+    argv += ["--state-dir", str(tmp_path / "st")]
+    log = (tmp_path / "daemon.log").open("ab")
+    cache = tmp_path / "h2-cache"
+    final = cache / key("big", ds["digest"])
+    partial = cache / f"{cache_agent.PARTIAL}{final.name}"
+    first = subprocess.Popen(argv, stdout=log, stderr=log)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        wait("the copy under way", lambda: partial.is_dir() and any(partial.rglob("f*")), 60)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        time.sleep(2.0)  # the host side sees its stream end
+        assert not (final / cache_agent.META).exists() and not final.exists()
+        second = subprocess.Popen(argv, stdout=log, stderr=log)
+        wait("the job done", _done(host_store, job), timeout=180, store=host_store)
+        assert jobs_of(host_store)[job].state == "COMPLETED", jobs_of(host_store)[job].reason
+        assert (final / cache_agent.META).exists() and not partial.exists()
+        assert job_file(hosts, host_store, "h2", job, "count") == "302"
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+        shutil.rmtree(ds["path"], ignore_errors=True)
