@@ -76,6 +76,27 @@ def run_cmd(
             min=0.0, max=1.0, help="Fraction of jobs made opportunistic (TGS sharing, seeded)."
         ),
     ] = 0.0,
+    datasets: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=10_000,
+            help="Give each job one of this many datasets, 1-500 GB, Zipf-popular (seeded);"
+            " 0: none.",
+        ),
+    ] = 0,
+    data_bandwidth: Annotated[
+        float,
+        typer.Option(min=0.001, max=1000.0, help="GB/s a node copies a dataset into its cache at."),
+    ] = 1.0,
+    data_affinity: Annotated[
+        bool,
+        typer.Option(help="Prefer nodes caching a job's datasets among equally good ones."),
+    ] = True,
+    cache_size: Annotated[
+        float,
+        typer.Option(min=0.0, max=1e6, help="GB each node's dataset cache holds (LRU)."),
+    ] = 2000.0,
     tick: Annotated[
         float, typer.Option(min=1.0, max=PERIOD_MAX, help="Seconds between introspective passes.")
     ] = 60.0,
@@ -134,6 +155,10 @@ def run_cmd(
         virtual_cluster=virtual_cluster,
         limit=limit,
         window=parse_window(window) if window else None,
+        datasets=datasets,
+        data_bandwidth=data_bandwidth,
+        data_affinity=data_affinity,
+        cache_size=cache_size,
     )
     console = render.stderr()
     with Progress(

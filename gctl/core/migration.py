@@ -44,7 +44,7 @@ def unslice(state: ClusterState, now: float) -> list[Decision]:
                 best = js
         if best is None:
             break
-        dst = free_set(state, best.held, span=False)
+        dst = free_set(state, best.held, span=False, datasets=frozenset(best.spec.datasets))
         if dst is None:
             break
         where = best.gpus[0][0]
@@ -62,7 +62,8 @@ def regroup(state: ClusterState, now: float, max_moves: int) -> list[Decision]:
         members = state.groups[key]
         if len(members) != 1 or not _movable(state.jobs[members[0]]):
             continue
-        dst = free_set(state, len(key), span=False)
+        spec = state.jobs[members[0]].spec
+        dst = free_set(state, len(key), span=False, datasets=frozenset(spec.datasets))
         if dst is None:
             continue
         nodes = len({n for n, _ in key})

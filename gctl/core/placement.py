@@ -52,27 +52,31 @@ def first_fitting(nodes: Iterable[NodeState], count: int) -> GroupKey | None:
     return None
 
 
-def affinity_set(state: ClusterState, count: int) -> GroupKey | None:
+def affinity_set(
+    state: ClusterState, count: int, datasets: frozenset[str] = frozenset()
+) -> GroupKey | None:
     """Steps 1 and 2: the lowest node of affinity ``count`` below height 1, else an empty one.
 
     (A node of affinity ``count`` is only used while its height is below 1.)
     """
-    for ns in state.nodes_by_affinity(count):
+    for ns in state.nodes_by_affinity(count, datasets):
         if ns.height >= 1.0:
             break
         if ns.free >= count:
             found = node_set(ns, count)
             if found is not None:
                 return found
-    return first_fitting(state.nodes_by_affinity(0), count)
+    return first_fitting(state.nodes_by_affinity(0, datasets), count)
 
 
-def spanning_set(state: ClusterState, count: int) -> GroupKey | None:
+def spanning_set(
+    state: ClusterState, count: int, datasets: frozenset[str] = frozenset()
+) -> GroupKey | None:
     """GPUs from as few nodes as possible (most free first), or None when too few are free."""
     if state.total_free < count:
         return None
     chosen: list[GpuRef] = []
-    for ns in state.nodes_with_free(1, most_free_first=True):
+    for ns in state.nodes_with_free(1, most_free_first=True, datasets=datasets):
         take = min(ns.free, count - len(chosen))
         part = node_set(ns, take)
         if part is not None:
@@ -82,20 +86,28 @@ def spanning_set(state: ClusterState, count: int) -> GroupKey | None:
     return None
 
 
-def free_set(state: ClusterState, count: int, *, span: bool = True) -> GroupKey | None:
-    """Steps 1 to 3: the Gandiva choice among free GPUs, or None when nothing is free."""
+def free_set(
+    state: ClusterState, count: int, *, span: bool = True, datasets: frozenset[str] = frozenset()
+) -> GroupKey | None:
+    """Steps 1 to 3: the Gandiva choice among free GPUs, or None when nothing is free.
+
+    Among nodes equally good, those caching more of ``datasets`` (the job's) come first.
+    """
     if state.total_free < count:
         return None
     if count <= state.max_size:
-        found = affinity_set(state, count) or first_fitting(state.nodes_with_free(count), count)
+        fitting = state.nodes_with_free(count, datasets=datasets)
+        found = affinity_set(state, count, datasets) or first_fitting(fitting, count)
         if found is not None or not span:
             return found
     elif not span:
         return None
-    return spanning_set(state, count)
+    return spanning_set(state, count, datasets)
 
 
-def consolidated_set(state: ClusterState, count: int) -> GroupKey | None:
+def consolidated_set(
+    state: ClusterState, count: int, datasets: frozenset[str] = frozenset()
+) -> GroupKey | None:
     """The tightest free set of ``count`` GPUs: one node when any fits, else fewest nodes.
 
     Tiresias' consolidated placement, for baselines that ignore affinity:
@@ -105,10 +117,10 @@ def consolidated_set(state: ClusterState, count: int) -> GroupKey | None:
     if state.total_free < count:
         return None
     if count <= state.max_size:
-        found = first_fitting(state.nodes_with_free(count), count)
+        found = first_fitting(state.nodes_with_free(count, datasets=datasets), count)
         if found is not None:
             return found
-    return spanning_set(state, count)
+    return spanning_set(state, count, datasets)
 
 
 def timeslice_group(
@@ -177,7 +189,7 @@ def place(
     """
     count = js.spec.gpus
     decisions: list[Decision] = []
-    gpus = free_set(state, count)
+    gpus = free_set(state, count, datasets=frozenset(js.spec.datasets))
     if gpus is not None:
         nodes = dict.fromkeys(n for n, _ in gpus)
         where = ",".join(nodes)

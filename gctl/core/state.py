@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from gctl.core.decisions import (
@@ -187,6 +187,9 @@ class ClusterState:
         """The fraction of a job's work done (0..1) where the driver knows it (the simulator
         from its model, the daemon from the job SDK's step/steps), for policies that
         estimate remaining work; None: nothing known."""
+        self.cached: dict[str, frozenset[str]] = {}
+        """The datasets each node caches (by node name): placement prefers, among nodes
+        equally good, those holding more of a job's datasets."""
         self.interference: Interference | None = None
         """Predicted slow-downs of jobs sharing a GPU, handed in by the driver (daemon or
         simulator) for the policy's placement choices; None: nothing predicted."""
@@ -245,14 +248,26 @@ class ClusterState:
         if not self._by_free[free]:
             del self._by_free[free]
 
-    def nodes_by_affinity(self, affinity: int) -> Iterator[NodeState]:
-        """Up nodes of one affinity, lowest height (load over size) first."""
+    def nodes_by_affinity(
+        self, affinity: int, datasets: frozenset[str] = frozenset()
+    ) -> Iterator[NodeState]:
+        """Up nodes of one affinity, lowest height (load over size) first.
+
+        Among nodes of equal height, those caching more of ``datasets`` come first.
+        """
         by_height = self._by_aff_height.get(affinity)
         if not by_height:
             return
         for height in sorted(by_height):
-            for name in by_height[height]:
+            for name in self._holding_first(by_height[height], datasets):
                 yield self.nodes[name]
+
+    def _holding_first(self, names: Iterable[str], datasets: frozenset[str]) -> Iterable[str]:
+        """``names`` with the nodes caching more of ``datasets`` first (else in their order)."""
+        if not datasets or not self.cached:
+            return names
+        cached = self.cached
+        return sorted(names, key=lambda n: -len(datasets & cached.get(n, frozenset())))
 
     def slice_targets(
         self, count: int, priority: int, max_members: int
@@ -363,11 +378,16 @@ class ClusterState:
                 self._slice_keys[name] = (height, found)
         self._slice_stale.clear()
 
-    def nodes_with_free(self, at_least: int, most_free_first: bool = False) -> Iterator[NodeState]:
-        """Up nodes with at least ``at_least`` free GPUs, fewest free first unless asked."""
+    def nodes_with_free(
+        self, at_least: int, most_free_first: bool = False, datasets: frozenset[str] = frozenset()
+    ) -> Iterator[NodeState]:
+        """Up nodes with at least ``at_least`` free GPUs, fewest free first unless asked.
+
+        Among nodes with as many free GPUs, those caching more of ``datasets`` come first.
+        """
         counts = sorted((f for f in self._by_free if f >= at_least), reverse=most_free_first)
         for f in counts:
-            for name in self._by_free[f]:
+            for name in self._holding_first(self._by_free[f], datasets):
                 yield self.nodes[name]
 
     # ---- queries -------------------------------------------------------

@@ -48,6 +48,15 @@ class Fills:
         self.holders: dict[str, set[str]] = defaultdict(set)
         """Nodes this daemon filled or found with each copy, by key."""
 
+    def cached(self) -> dict[str, frozenset[str]]:
+        """The dataset names each node holds a copy of, as far as this daemon knows."""
+        by_node: dict[str, set[str]] = defaultdict(set)
+        with self._guard:
+            for copy, holders in self.holders.items():
+                for node in holders:
+                    by_node[node].add(copy.partition("@")[0])
+        return {node: frozenset(names) for node, names in by_node.items()}
+
     def _lock(self, node: str, key: str) -> threading.Lock:
         with self._guard:
             return self._locks[node, key]

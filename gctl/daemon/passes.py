@@ -127,6 +127,7 @@ def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, d
     """
     snap = read(site.store.engine, now=now)
     snap.state.interference = site.learned.interference(site.store.engine)
+    snap.state.cached = site.fills.cached()
     rows = snap.job_ids
     site.done = {row: f for row, f in site.done.items() if core_job_id(row) in rows}
     done = site.done

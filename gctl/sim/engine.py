@@ -21,18 +21,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gctl.core.decisions import MOVES, Decision, Pack, Resume, Suspend
+from gctl.core.decisions import MOVES, Decision, Grow, Migrate, Pack, Place, Resume, Suspend
 from gctl.core.interference import Interference
 from gctl.core.model import Cluster, JobStatus, Observed
 from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
 from gctl.core.state import ClusterState, GroupKey
 from gctl.sim import perf, profiles
+from gctl.sim.datasets import Caches, DataModel
 from gctl.sim.metrics import Counters, JobRecord, Metrics, summarize
 from gctl.sim.pairs import table_interference
 from gctl.sim.workload import TraceJob
 
 _ARRIVAL, _FINISH, _TICK = 0, 1, 2
+_NEW_GPUS = (Place, Migrate, Grow)
+"""Decisions that may put a job on nodes lacking its datasets."""
 _EPS = 1e-9
 
 
@@ -79,6 +82,8 @@ class Simulator:
     interference: Interference | None = field(default_factory=table_interference)
     """What the policy may predict interference from (the pair table by default; none when
     the performance model leaves packing's effect out)."""
+    data: DataModel | None = None
+    """The jobs' datasets and their copy times (:mod:`gctl.sim.datasets`); None: no datasets."""
 
     def run(
         self, jobs: Sequence[TraceJob], progress: Callable[[int, int], None] | None = None
@@ -90,6 +95,7 @@ class Simulator:
         # the pair table describes the packing effect; the plain model has none
         self.state.interference = self.interference if self.perf_config.packing else None
         self.state.work_done = self.work_done
+        self.caches = Caches(self.data) if self.data is not None else None
         self.driven = WithGuests(self.policy, self.sharing)
         self.runs: dict[str, _Run] = {}
         self.counters = Counters()
@@ -156,7 +162,7 @@ class Simulator:
         for job_id in unfinished:
             js = self.state.jobs.get(job_id)
             spec = self.runs[job_id].job.spec
-            first = js.first_run if js is not None else None
+            first = self._started(job_id, js.first_run if js is not None else None)
             self.records.append(
                 JobRecord(
                     job_id, spec.gpus, spec.submit_time, first, None, *self.counters.of_job(job_id)
@@ -206,6 +212,22 @@ class Simulator:
         self.order += 1
         heapq.heappush(self.heap, (when, self.order, kind, job_id, version))
 
+    def _reading(self, node: str) -> set[str]:
+        """The datasets of the jobs holding GPUs on ``node``."""
+        jobs = self.state.jobs
+        return {
+            d
+            for run in self.runs.values()
+            if (js := jobs.get(run.job.spec.id)) is not None and any(n == node for n, _ in js.gpus)
+            for d in run.job.spec.datasets
+        }
+
+    def _started(self, job_id: str, first_run: float | None) -> float | None:
+        """When a job first made progress: its first placement, after any copy it waited for."""
+        if first_run is None or self.caches is None:
+            return first_run
+        return first_run + self.caches.first_wait.get(job_id, 0.0)
+
     def _advance(self, now: float) -> None:
         self.busy_seconds += self.busy * (now - self.clock)
         self.clock = now
@@ -219,7 +241,7 @@ class Simulator:
                 job_id,
                 spec.gpus,
                 spec.submit_time,
-                js.first_run,
+                self._started(job_id, js.first_run),
                 now,
                 *self.counters.of_job(job_id),
             )
@@ -245,6 +267,14 @@ class Simulator:
                 run.work_left += max(run.move_cost - run.resume_cost, 0.0)
             elif kind in MOVES or (kind is Pack and run.key != gpus):
                 run.work_left += run.move_cost
+            if self.caches is not None and kind in _NEW_GPUS and run.job.spec.datasets:
+                caches = self.caches
+                run.work_left += caches.copy(
+                    d.job_id, run.job.spec.datasets, gpus, now, self._reading
+                )
+                if caches.model.affinity:
+                    for node in dict.fromkeys(n for n, _ in gpus):
+                        self.state.cached[node] = caches.names(node)
             run.stale = True
             touched[d.job_id] = None
             keys[run.key] = keys[gpus] = None

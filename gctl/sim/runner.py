@@ -19,6 +19,7 @@ from gctl.core.model import Cluster, JobClass
 from gctl.core.policy import load_policy
 from gctl.sim import profiles
 from gctl.sim.cluster_spec import parse_cluster
+from gctl.sim.datasets import DataModel, assign, catalogue
 from gctl.sim.engine import SimResult, Simulator
 from gctl.sim.metrics import JobRecord, compare
 from gctl.sim.perf import PerfConfig
@@ -45,6 +46,14 @@ class SimRequest:
     virtual_cluster: str | None = None
     limit: int | None = None
     window: tuple[float, float] | None = None
+    datasets: int = 0
+    """Datasets in the catalogue the jobs read from (:mod:`gctl.sim.datasets`); 0: none."""
+    data_bandwidth: float = 1.0
+    """GB/s a node copies a dataset at."""
+    data_affinity: bool = True
+    """Whether placement sees the nodes' caches."""
+    cache_size: float = 2000.0
+    """GB each node's dataset cache holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +147,11 @@ def run(request: SimRequest, progress: Progress | None = None) -> SimReport:
         window=request.window,
     )
     jobs = prepare(loaded, request.seed, request.elastic_fraction, request.opportunistic_fraction)
+    data = None
+    if request.datasets > 0:
+        sizes = catalogue(request.datasets, request.seed)
+        jobs = assign(jobs, sizes, request.seed)
+        data = DataModel(sizes, request.data_bandwidth, request.data_affinity, request.cache_size)
     order = {job.spec.id: i for i, job in enumerate(jobs)}
     results = []
     records = []
@@ -149,7 +163,7 @@ def run(request: SimRequest, progress: Progress | None = None) -> SimReport:
             def report(done: int, total: int, name: str = name) -> None:
                 progress(name, done, total)
 
-        sim = Simulator(cluster, policy, request.perf, tick=request.tick)
+        sim = Simulator(cluster, policy, request.perf, tick=request.tick, data=data)
         results.append(sim.run(jobs, report))
         records.append(tuple(sorted(sim.records, key=lambda r: order[r.job_id])))
     changes = {r.policy: compare(r.metrics, results[0].metrics) for r in results[1:]}

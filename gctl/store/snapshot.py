@@ -379,7 +379,7 @@ class _Loader:
                 elastic_min=lo,
                 elastic_max=hi,
                 gpu_mem_mb=mem,
-                datasets=tuple(map(str, datasets)) if datasets else (),
+                datasets=tuple(str(d).partition(":")[0] for d in datasets) if datasets else (),
                 profile=job_kind(profile, image, command),
                 name=name,
                 user=user,

@@ -34,7 +34,8 @@ class FifoPolicy:
             (j for bucket in state.pending.values() for j in bucket),
             key=lambda j: state.jobs[j].seq,
         ):
-            gpus = consolidated_set(state, state.jobs[job_id].spec.gpus)
+            spec = state.jobs[job_id].spec
+            gpus = consolidated_set(state, spec.gpus, frozenset(spec.datasets))
             if gpus is None:
                 break
             nodes = ",".join(dict.fromkeys(n for n, _ in gpus))

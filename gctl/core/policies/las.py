@@ -165,7 +165,7 @@ class LasPolicy:
             out += state.commit([Requeue(js.id, why)], now)
         unplaced: list[JobState] = []
         for js in start:
-            gpus = placement.consolidated_set(state, js.spec.gpus)
+            gpus = placement.consolidated_set(state, js.spec.gpus, frozenset(js.spec.datasets))
             if gpus is None:
                 unplaced.append(js)
                 continue

@@ -28,7 +28,8 @@ class BackfillPolicy:
         for job_id in queued:
             if not state.total_free:
                 break
-            gpus = consolidated_set(state, state.jobs[job_id].spec.gpus)
+            spec = state.jobs[job_id].spec
+            gpus = consolidated_set(state, spec.gpus, frozenset(spec.datasets))
             if gpus is not None:
                 place = Place(job_id, gpus, ShareMode.EXCLUSIVE, "backfill: fits now")
                 out += state.commit([place], now)

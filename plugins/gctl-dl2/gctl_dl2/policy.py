@@ -394,7 +394,7 @@ def apply_counts(state: ClusterState, now: float, rnd: Round, value: float) -> l
         js, target = rnd.jobs[i], int(rnd.given[i])
         gpus = None
         for count in range(target, int(rnd.lo[i]) - 1, -1):
-            gpus = free_set(state, count)
+            gpus = free_set(state, count, datasets=frozenset(js.spec.datasets))
             if gpus is not None:
                 break
         if gpus is not None:
@@ -436,4 +436,4 @@ def _grown(state: ClusterState, js: JobState, target: int) -> GroupKey | None:
         chosen = ns.topo.extend(tuple(i for _, i in js.gpus), ns.free_mask, extra)
         if chosen is not None:
             return tuple((node, i) for i in chosen)
-    return free_set(state, target)
+    return free_set(state, target, datasets=frozenset(js.spec.datasets))
