@@ -24,7 +24,7 @@ share this machine's filesystem, so it is the dataset ``h1:/that/path``.
   another, through this machine. Not checked within the time; afterwards
   the copy's manifest on h2 must match the dataset's digest.
 
-Both SSH connections are open before anything is timed. With ``--repeat N``
+Both SSH connections are open, and the disks synced, before anything is timed. With ``--repeat N``
 the fills and copies run N times (fresh directories each time; each run's
 figures are printed) and the median is reported. Starts the test hosts with
 ``scripts/testhosts.sh start 2`` and stops them at the end (hosts that were
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import posixpath
 import random
 import shutil
@@ -187,6 +188,7 @@ def run_once(
     cache = tmp / f"cache-{n}"
     nodes.set_cache(store, "h2", str(cache), None)
 
+    os.sync()  # earlier writes flushed, so their writeback is not timed here
     began = time.perf_counter()
     first = datasets.warm(store, NAME, ["h2"], pool)[0]
     packed = time.perf_counter() - began
@@ -202,6 +204,7 @@ def run_once(
         raise RuntimeError("the second warm filled the copy again instead of finding it cached")
 
     dest = tmp / f"per-file-{n}"
+    os.sync()  # earlier writes flushed, so their writeback is not timed here
     began = time.perf_counter()
     moved = per_file_copy(pool, rows["h1"], rows["h2"], view.source.partition(":")[2], str(dest))
     per_file = time.perf_counter() - began
@@ -238,6 +241,7 @@ def bench(info: dict[str, Any], args: argparse.Namespace, tmp: Path) -> None:
     store = _host_store(info, tmp / "datasets.db")
     rows = {name: _row(store, name) for name in ("h1", "h2")}
     with Pool() as pool:
+        os.sync()  # earlier writes flushed, so their writeback is not timed here
         began = time.perf_counter()
         view = datasets.add(store, NAME, f"h1:{source}", None, pool)
         manifest = time.perf_counter() - began

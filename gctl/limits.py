@@ -20,10 +20,15 @@ either kind refuses the same input with the same one-line message:
 
 from __future__ import annotations
 
+import re
+
 from gctl.services.errors import ServiceError
 
 NAME_MAX = 255
 """Characters in a name: what the store's ``String(255)`` columns hold on PostgreSQL."""
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+"""A node or dataset name: letters, digits, ``.``, ``_``, ``-``, a letter or digit first, 63 at
+most (a host name label's limit, and safe in paths and container labels)."""
 TEXT_MAX = 4096
 """Characters in any other single text value: a reason, an image, a path (PATH_MAX)."""
 SPEC_BYTES_MAX = 128 * 1024

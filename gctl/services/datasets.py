@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gctl.hosts.ssh import HostError, Pool, fan_out
-from gctl.limits import TEXT_MAX, check_text, shown
+from gctl.limits import SAFE_NAME, TEXT_MAX, check_text, shown
 from gctl.services import access, datacache, events, hostops
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
@@ -27,7 +28,6 @@ from gctl.services.queue import FINISHED
 from gctl.store.engine import transaction
 from gctl.store.models import DatasetRow, JobRow, NodeRow
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -53,7 +53,7 @@ class DatasetView:
 
 def check_name(name: str) -> str:
     """A dataset name: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit."""
-    if not _NAME.fullmatch(name):
+    if not SAFE_NAME.fullmatch(name):
         raise ServiceError(
             f"dataset name {shown(name)}: use letters, digits, '.', '_' or '-' (max 63)"
         )
@@ -90,8 +90,7 @@ def add(store: Store, name: str, source: str, digest: str | None, pool: Pool) ->
     if digest is not None and not _DIGEST.fullmatch(digest):
         raise ServiceError(f"--digest {shown(digest)}: expected 64 hex digits (SHA-256)")
     with transaction(store.engine, write=False) as s:
-        if s.scalar(select(DatasetRow.id).where(DatasetRow.name == name)) is not None:
-            raise ServiceError(f"dataset {name!r} already exists (gctl dataset rm it first)")
+        _refuse_existing(s, name)
         node = s.scalar(select(NodeRow).where(NodeRow.name == node_name))
         if node is None:
             raise NotFound(f"unknown node {node_name!r} in source {shown(source)}")
@@ -102,8 +101,7 @@ def add(store: Store, name: str, source: str, digest: str | None, pool: Pool) ->
     if digest is not None and got["digest"] != digest:
         raise ServiceError(f"{source} does not match --digest: its manifest is {got['digest']}")
     with transaction(store.engine, write=True) as s:
-        if s.scalar(select(DatasetRow.id).where(DatasetRow.name == name)) is not None:
-            raise ServiceError(f"dataset {name!r} already exists (gctl dataset rm it first)")
+        _refuse_existing(s, name)  # again: it may have been added while the source was read
         row = DatasetRow(
             name=name,
             source_node=node_name,
@@ -118,6 +116,11 @@ def add(store: Store, name: str, source: str, digest: str | None, pool: Pool) ->
         message = f"dataset {name} added from {source}: {row.files} files, {row.bytes} bytes"
         events.record(s, "dataset.add", message, data={"name": name, "digest": row.digest})
         return _view(row)
+
+
+def _refuse_existing(s: Session, name: str) -> None:
+    if s.scalar(select(DatasetRow.id).where(DatasetRow.name == name)) is not None:
+        raise ServiceError(f"dataset {name!r} already exists (gctl dataset rm it first)")
 
 
 def list_all(store: Store) -> list[DatasetView]:

@@ -18,7 +18,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.config import DEFAULT_WORK_DIR, node_cache_dir
-from gctl.limits import NAME_MAX, SPEC_ITEMS_MAX, TEXT_MAX, check_int, check_text, shown
+from gctl.limits import (
+    NAME_MAX,
+    SAFE_NAME,
+    SPEC_ITEMS_MAX,
+    TEXT_MAX,
+    check_int,
+    check_text,
+    shown,
+)
 from gctl.services import access, events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
@@ -34,7 +42,6 @@ from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now, utc
 DEFAULT_SSH_PORT = 22
 HEARTBEAT_TIMEOUT = 60.0
 """Seconds without an answer after which a node is shown as not responding."""
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _EMULATE = re.compile(r"([0-9]{1,2})\s*[xX]\s*(\S+)")
 _FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
@@ -180,7 +187,7 @@ def parse_emulated(text: str) -> list[GpuRow]:
 
 def check_name(name: str) -> str:
     """A node name: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit."""
-    if not _NAME.fullmatch(name):
+    if not SAFE_NAME.fullmatch(name):
         raise ServiceError(
             f"node name {shown(name)}: use letters, digits, '.', '_' or '-' (max 63)"
         )

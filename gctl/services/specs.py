@@ -31,6 +31,7 @@ from gctl.limits import (
     GPU_MEM_MAX_MB,
     GPUS_MAX,
     NAME_MAX,
+    SAFE_NAME,
     SPEC_BYTES_MAX,
     SPEC_ITEMS_MAX,
     TEXT_MAX,
@@ -44,7 +45,6 @@ PRIORITIES = ("low", "normal", "high")
 CLASSES = ("production", "opportunistic")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DATASET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _MEM = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
 _ELASTIC = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
 _MEM_MB = {"": 1 / (1 << 20), "b": 1 / (1 << 20), "k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}
@@ -202,7 +202,7 @@ def parse_dataset(text: str) -> str:
     what = f"--dataset {shown(text)}"
     _no_control(text, what, TEXT_MAX)
     name, sep, mount = text.partition(":")
-    if not _DATASET.fullmatch(name):
+    if not SAFE_NAME.fullmatch(name):
         raise SpecError(f"{what}: expected NAME or NAME:/mount/point")
     if not sep:
         return name

@@ -11,10 +11,12 @@ from storekit import node, on_gpus, req
 
 from gctl.config import SitePolicy
 from gctl.daemon import passes
+from gctl.daemon.datafill import Fills
 from gctl.daemon.interference import Learned
 from gctl.daemon.jobfiles import Report
 from gctl.daemon.site import Site
 from gctl.daemon.watch import Observation
+from gctl.hosts.ssh import Pool
 from gctl.services import db, jobs
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, JobRow
@@ -29,6 +31,10 @@ class _Site:
     learned: Learned = field(default_factory=Learned)
     policy: SitePolicy = field(default_factory=SitePolicy)
     done: dict[int, float] = field(default_factory=dict)
+    fills: Fills = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fills = Fills(self.store, Pool())  # no dataset copies made
 
 
 def _seen(job: int, progress: dict[str, object]) -> Observation:
