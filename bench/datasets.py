@@ -24,9 +24,10 @@ share this machine's filesystem, so it is the dataset ``h1:/that/path``.
   another, through this machine. Not checked within the time; afterwards
   the copy's manifest on h2 must match the dataset's digest.
 
-Both SSH connections are open, and the disks synced, before anything is timed. With ``--repeat N``
-the fills and copies run N times (fresh directories each time; each run's
-figures are printed) and the median is reported. Starts the test hosts with
+Both SSH connections are open, and the disks synced, before anything is
+timed. With ``--repeat N`` the fills and copies run N times (fresh
+directories each time; each run's figures are printed) and the median is
+reported. Starts the test hosts with
 ``scripts/testhosts.sh start 2`` and stops them at the end (hosts that were
 already running are left running); needs root, and must not run beside the
 host tests (both use hosts h1 and h2). Run:

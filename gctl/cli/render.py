@@ -358,6 +358,14 @@ def size(n: int) -> str:
     return f"{n} B" if i == 0 else f"{value:.1f} {units[i]}"
 
 
+def _dataset_copy(c: dict[str, Any]) -> str:
+    """A job's dataset copy for ``show job``: under way, or done and how fast."""
+    what = f"{size(int(c.get('bytes') or 0))} to {c.get('node')} from {c.get('source')}"
+    if c.get("state") == "copying":
+        return f"Dataset={c.get('dataset')} copying {what}"
+    return f"Dataset={c.get('dataset')} copied {what} in {float(c.get('seconds') or 0):.1f} s"
+
+
 def dataset_table(views: list[DatasetView]) -> None:
     """``gctl dataset ls``."""
     table = _plain_table("NAME", "SIZE", "FILES", "SOURCE", "DIGEST")
@@ -603,6 +611,8 @@ def job_detail(d: JobDetail) -> None:
         message(f"   {_progress(rt['progress'])}")
     if rt.get("throttle"):
         message(f"   {_throttle(rt['throttle'])}")
+    for copy in rt.get("datasets") or ():
+        message(f"   {_dataset_copy(copy)}")
     if rt.get("split"):
         message(f"   {_split(rt['split'])}")
     if rt.get("interference"):

@@ -16,6 +16,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 
@@ -95,8 +96,14 @@ class Fills:
             dataset = datacache.Dataset(row.name, row.digest, row.bytes, source, row.source_path)
             with self._guard:
                 holders = [nodes[h] for h in sorted(self.holders[dataset.key]) if h in nodes]
+
+            def copying(source: str, name: str = name, size: int = row.bytes) -> None:
+                what = f"copying dataset {name} ({size} bytes) to {node.name} from {source}"
+                data = {"dataset": name, "bytes": size, "source": source, "state": "copying"}
+                self._event(job_id, node.name, "dataset.copy", f"job {job_id}: {what}", data)
+
             with self._lock(node.name, dataset.key):
-                filled = datacache.ensure(self.pool, node, dataset, holders, keep=keys)
+                filled = datacache.ensure(self.pool, node, dataset, holders, keys, copying)
             with self._guard:
                 self.holders[dataset.key].add(node.name)
             if not filled.cached:
@@ -107,21 +114,17 @@ class Fills:
         return Prepared(tuple(mounts), tuple(used))
 
     def _record(self, job_id: int, name: str, filled: datacache.Filled) -> None:
-        message = f"job {job_id}: {filled.describe(name)}"
         data = {
             "dataset": name,
             "bytes": filled.bytes,
             "seconds": round(filled.seconds, 3),
             "source": filled.source,
             "evicted": list(filled.evicted),
+            "state": "copied",
         }
+        message = f"job {job_id}: {filled.describe(name)}"
+        self._event(job_id, filled.node, "dataset.fill", message, data)
+
+    def _event(self, job_id: int, node: str, kind: str, message: str, data: dict[str, Any]) -> None:
         with transaction(self.store.engine, write=True) as s:
-            events.record(
-                s,
-                "dataset.fill",
-                message,
-                job_id=job_id,
-                node=filled.node,
-                user=DAEMON_USER,
-                data=data,
-            )
+            events.record(s, kind, message, job_id=job_id, node=node, user=DAEMON_USER, data=data)

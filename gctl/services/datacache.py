@@ -14,7 +14,7 @@ files changed since it was filled is found at its next use and filled again.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,7 @@ def ensure(
     dataset: Dataset,
     holders: Sequence[NodeRow] = (),
     keep: Collection[str] = (),
+    copying: Callable[[str], None] | None = None,
 ) -> Filled:
     """Make sure ``node`` has an intact copy of ``dataset``, filling it when not.
 
@@ -103,6 +104,7 @@ def ensure(
     from the source. ``keep``: copies the fill must not evict (besides those
     the node's containers use). A copy that does not match the digest is
     filled once more, from the source; a second mismatch is permanent.
+    ``copying`` is told the source's name as each copy begins.
     """
     target, where = hostops.target(node), hostops.cache_dir(node)
     asked = {"dir": where, "key": dataset.key, "digest": dataset.digest}
@@ -125,6 +127,8 @@ def ensure(
     for source, path in (sources[0], sources[-1]):
         pack = ["tar", "-c", "-C", path, *(f"--exclude=./{f}" for f in cache_agent.OWN), "."]
         fill = ["python3", "-c", _AGENT, "fill"]
+        if copying is not None:
+            copying(source.name)
         moved, sent, into = pool.pipe(
             hostops.target(source), pack, target, fill, header=header, timeout=COPY_TIMEOUT
         )

@@ -234,6 +234,11 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             .order_by(EventRow.id.desc())
             .limit(1)
         ).first()
+        copies = s.execute(
+            select(EventRow.node, EventRow.data)
+            .where(EventRow.job_id == job_id, EventRow.kind.in_(("dataset.copy", "dataset.fill")))
+            .order_by(EventRow.id)
+        ).all()
         corun = s.execute(
             select(CoRunRow.partner_id, CoRunRow.gpu_type, CoRunRow.slowdown, CoRunRow.at)
             .where(CoRunRow.job_id == job_id)
@@ -275,6 +280,10 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 "throttle": dict(throttle)
                 if throttle and row.state == "RUNNING" and row.job_class == "opportunistic"
                 else None,
+                # Its datasets' copies onto its nodes: the latest news of each.
+                "datasets": list(
+                    {(d.get("dataset"), n): {"node": n, **d} for n, d in copies}.values()
+                ),
                 # The batch split gctl last wrote for it (data-parallel jobs of the SDK).
                 "split": {
                     "version": split[0].get("version"),

@@ -101,6 +101,8 @@ def test_a_job_gets_its_dataset_copied_once_checked_and_refetched_when_the_copy_
     [fill] = _fills(host_store, first)
     assert fill["source"] == "h1" and fill["bytes"] > 2000 * 64
     print(f"2,000 files ({ds['bytes']} bytes) copied h1 -> h2 in {fill['seconds']:.2f} s")
+    code, out, _ = run("show", "job", str(first))
+    assert code == 0 and "Dataset=small copied" in out and "to h2 from h1 in" in out, out
 
     second = _job(host_store, "small")
     wait("the second job done", _done(host_store, second), store=host_store)
