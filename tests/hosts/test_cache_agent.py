@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -148,3 +149,53 @@ def test_eviction_frees_1_2_times_the_need_lru_first_and_never_what_is_kept(
         assert freed >= ca.ROOM_FACTOR * need
     if plan:  # and not later than that
         assert freed - evictable[len(plan) - 1]["bytes"] < ca.ROOM_FACTOR * need
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.sets(st.integers(0, 5), max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(3000, 12000),
+)
+def test_a_sequence_of_fills_never_evicts_a_copy_in_use_and_keeps_within_the_cache(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[int, set[int]]],
+    capacity: int,
+) -> None:
+    """Six datasets of 1-6 kB; each step fills one while others are in use (hypothesis)."""
+    root = tmp_path_factory.mktemp("seq")
+    cache = root / "cache"
+    sources, digests = [], []
+    for i in range(6):
+        src = root / f"s{i}"
+        src.mkdir()
+        (src / "x").write_bytes(bytes([i]) * 1000 * (i + 1))
+        sources.append(src)
+        digests.append(ca.manifest({"dir": str(src)})["digest"])
+    keys = [f"s{i}@{d[:16]}" for i, d in enumerate(digests)]
+    for clock, (want, using) in enumerate(steps):
+        before = {e["key"] for e in ca.list_cache({"dir": str(cache)})["entries"]}
+        keep = [keys[u] for u in using if u != want]
+        request = {"dir": str(cache), "key": keys[want], "name": f"s{want}"}
+        request |= {"digest": digests[want], "bytes": 1000 * (want + 1), "docker": NO_DOCKER}
+        request |= {"keep": keep, "capacity": capacity}
+        got = ca.fill(request, io.BytesIO(_tar(sources[want])))
+        entries = ca.list_cache({"dir": str(cache)})["entries"]
+        after = {e["key"] for e in entries}
+        assert set(keep) & before <= after  # a copy in use is never evicted
+        assert set(got.get("evicted", [])) & set(keep) == set()
+        if "error" in got:  # no room without evicting what is in use: nothing else changed
+            assert "no room" in got["error"] and after == before
+            continue
+        assert keys[want] in after
+        assert sum(e["bytes"] for e in entries) <= capacity
+        if got.get("evicted"):  # it evicted: 1.2x the need was made free, or all it could
+            free = capacity - sum(e["bytes"] for e in entries) + 1000 * (want + 1)
+            evictable = before - set(keep) - {keys[want]} - set(got["evicted"])
+            assert free >= ca.ROOM_FACTOR * 1000 * (want + 1) or not evictable
+        for e in entries:  # the LRU clock moves: the filled copy is the newest
+            os.utime(cache / e["key"] / ca.LAST_USED, (clock, clock))
+        os.utime(cache / keys[want] / ca.LAST_USED, (clock + 0.5, clock + 0.5))
