@@ -194,18 +194,47 @@ def _each(job_ids: list[int], act: Callable[[int], ActionResult], json_out: bool
 
 def cancel(
     ctx: typer.Context,
-    job_ids: JobsArg,
+    job_ids: Annotated[
+        list[int] | None, typer.Argument(help="Job ids.", min=1, max=INT_MAX, show_default=False)
+    ] = None,
     signal: Annotated[
         str | None, typer.Option("--signal", "-s", help="Send this signal instead of ending.")
     ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="Only jobs of these users (comma list).")
+    ] = None,
+    states: Annotated[
+        str | None, typer.Option("--state", "-t", help="Only jobs in these states, e.g. PD,R.")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="Only jobs of these names (comma list).")
+    ] = None,
+    nodelist: Annotated[
+        str | None, typer.Option("--nodelist", "-w", help="Only jobs on these nodes.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Cancel jobs (pending ones at once; running ones through the daemon)."""
+    """Cancel jobs by id and/or filter, as scancel (pending at once; running through the daemon).
+
+    With filters and no ids, every unfinished job they match; with both, the
+    ids that match. Each job is reported; exit 1 when any was refused.
+    """
     from gctl.services import jobs
 
     args = {"signal": parse_signal(signal)} if signal is not None else {}
     s = store(ctx)
-    _each(job_ids, lambda j: jobs.act(s, j, "cancel", **args), json_out)
+    users, names, nodes = _split(user, "--user"), _split(name, "--name"), _split(nodelist, "-w")
+    wanted = job_queue.parse_states(states) if states else None
+    chosen = list(job_ids or [])
+    if users or names or nodes or wanted:
+        listed = job_queue.queue(s, users=users, states=wanted, nodes=nodes)
+        matched = [
+            i for i, n in zip(listed.id, listed.name, strict=True) if not names or n in names
+        ]
+        chosen = [i for i in matched if i in set(chosen)] if chosen else matched
+    elif not chosen:
+        raise UsageError("give job ids, or choose jobs with -u, -t, --name or -w")
+    _each(chosen, lambda j: jobs.act(s, j, "cancel", **args), json_out)
 
 
 def _simple(action: str, doc: str) -> Callable[..., None]:

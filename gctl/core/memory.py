@@ -3,9 +3,10 @@
 A job frozen to take turns (gctl's *freeze*: the process is paused) keeps
 its GPU memory, so the jobs taking turns on a set must fit in its memory
 together, or those that can checkpoint must give their memory back while
-they wait (suspend by checkpoint). A job's memory is what it was seen
-using, else what it asked for; one with neither counts as none, as Gandiva
-assumes of a job not yet profiled.
+they wait (suspend by checkpoint). A job's memory is its ``--gpu-mem``
+limit (or what it was seen using, when more), else what it was seen
+using; one with neither counts as none, as Gandiva assumes of a job not
+yet profiled.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from gctl.core.state import ClusterState, GroupKey, JobState
 
 
 def job_mem(js: JobState) -> int:
-    """The GPU memory (MB, per GPU) a job uses: observed, else requested, else 0."""
-    if js.observed is not None:
-        return js.observed.gpu_mem_mb
-    return js.spec.gpu_mem_mb or 0
+    """The GPU memory (MB, per GPU) to count for a job: its limit, observed use, else 0.
+
+    A job that gave ``--gpu-mem`` may grow to it (and is held to it), so its
+    limit is counted even while it uses less: jobs sharing a GPU by memory
+    each keep their share. Above it (within the grace before it is stopped)
+    what it uses is counted.
+    """
+    seen = js.observed.gpu_mem_mb if js.observed is not None else 0
+    return max(js.spec.gpu_mem_mb or 0, seen)
 
 
 def gpu_mem(state: ClusterState, key: GroupKey) -> int:

@@ -145,3 +145,22 @@ def test_a_node_that_does_not_answer_is_named_in_one_error_line(gdb: Path) -> No
         code, out, err = run("node", command)
         assert code == 1 and "gone" in out
         assert err == "gctl: error: no answer from 1 node(s): gone\n"
+
+
+def test_cancel_chooses_jobs_by_user_state_and_name_as_scancel_does(gdb: Path) -> None:
+    a = ok("submit", "--parsable", "--image", "i", "--name", "sweep", "--", "run").strip()
+    b = ok("submit", "--parsable", "--image", "i", "--name", "keep", "--", "run").strip()
+    c = ok("submit", "--parsable", "--image", "i", "--name", "sweep", "--", "run").strip()
+    ok("hold", c)
+    me = json.loads(ok("show", "job", a, "--json"))["user"]
+    code, out, err = run("cancel", "--name", "sweep", "-u", me, "--json")
+    assert code == 0, err
+    assert sorted(r["job_id"] for r in json.loads(out)["results"]) == sorted([int(a), int(c)])
+    code, out, _ = run("cancel", "-u", "nobody-here")
+    assert (code, out) == (0, "")  # nothing matched: nothing done, as scancel
+    code, out, _ = run("cancel", b, a, "-t", "PD")  # ids and a filter: the ids that match
+    assert (code, out) == (0, f"job {b} cancelled\n")  # a is finished: not pending
+    code, _, err = run("cancel")
+    assert code == 1 and err.startswith("gctl: error: give job ids, or choose jobs with -u")
+    states = {j["id"]: j["state"] for j in json.loads(ok("queue", "-t", "all", "--json"))["jobs"]}
+    assert set(states.values()) == {"CANCELLED"}

@@ -67,3 +67,20 @@ def test_memory_rules() -> None:
     assert memory.can_take_turns(state, key, [a, b, c2])  # 10 GB frozen + 6 GB running
     unknown = submit(state, "u", 1)
     assert memory.job_mem(unknown) == 0  # not profiled, nothing asked: assumed to fit
+
+
+def test_a_jobs_limit_is_counted_while_it_uses_less_and_its_use_when_above() -> None:
+    state = new_state(1)
+    limited = put(state, "l", "n0", (0,), gpu_mem_mb=8000)
+    observe(state, "l", 1.0, util=0.5, mem=2000)
+    assert memory.job_mem(limited) == 8000  # it may grow to 8 GB: a partner gets the rest
+    observe(state, "l", 2.0, util=0.5, mem=9000)
+    assert memory.job_mem(limited) == 9000  # above it, until the daemon stops it
+    free = put(state, "f", "n0", (0,))
+    observe(state, "f", 1.0, util=0.5, mem=3000)
+    assert memory.job_mem(free) == 3000  # no limit: what it uses
+    half = submit(state, "h", 1, gpu_mem_mb=8000)
+    assert memory.all_frozen_fit(
+        state, limited.gpus, [half, submit(state, "h2", 1, gpu_mem_mb=8000)]
+    )
+    assert not memory.all_frozen_fit(state, limited.gpus, [half, limited])  # 8 + 9 GB > 16 GB
