@@ -131,7 +131,7 @@ def queue(
     with gc_paused():
         with reading(target(ctx)) as reader:
             listed = job_queue.listing(
-                reader, users=_split(user, "--user"), states=wanted, nodes=_split(nodelist, "-w")
+                reader, users=_split(user, "--user"), states=wanted, nodes=_nodes(nodelist)
             )
         if json_out:
             render.emit_json({"jobs": listed.to_dicts()})
@@ -148,6 +148,16 @@ def _split(text: str | None, flag: str) -> set[str] | None:
     for name in names:
         check_text(name, flag, limit=NAME_MAX)
     return names
+
+
+def _nodes(text: str | None) -> set[str] | None:
+    """``-w``: node names, or hostlist expressions (``gpu[01-04],gpu09``)."""
+    if not text:
+        return None
+    check_text(text, "-w", limit=TEXT_MAX)
+    from gctl.services import hostlists
+
+    return set(hostlists.expand([text]))
 
 
 @show_app.command("job")
@@ -223,7 +233,7 @@ def cancel(
 
     args = {"signal": parse_signal(signal)} if signal is not None else {}
     s = store(ctx)
-    users, names, nodes = _split(user, "--user"), _split(name, "--name"), _split(nodelist, "-w")
+    users, names, nodes = _split(user, "--user"), _split(name, "--name"), _nodes(nodelist)
     wanted = job_queue.parse_states(states) if states else None
     chosen = list(job_ids or [])
     if users or names or nodes or wanted:

@@ -145,26 +145,29 @@ def show(
 def _admin(action: str, doc: str) -> None:
     def command(
         ctx: typer.Context,
-        name: Annotated[str, typer.Argument(help="Node name.")],
+        name: Annotated[str, typer.Argument(help="Node name, or a hostlist: gpu[01-08].")],
         reason: ReasonOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
         from gctl.services import nodes
 
-        view = nodes.set_admin_state(store(ctx), name, action, reason)
+        st = store(ctx)
+        names = [v.name for v in nodes.list_nodes(st, [name])]  # every one known, or none done
+        done = [nodes.set_admin_state(st, n, action, reason) for n in names]
         if json_out:
-            render.emit_json(view.to_dict())
+            render.emit_json(done[0].to_dict() if len(done) == 1 else [v.to_dict() for v in done])
         else:
-            render.message(f"node {view.name} is now {view.state_flag}")
+            for view in done:
+                render.message(f"node {view.name} is now {view.state_flag}")
 
     command.__doc__ = doc
     app.command(action)(command)
 
 
-_admin("drain", "Stop new work landing on a node; running jobs finish (needs --reason).")
-_admin("undrain", "Return a drained node to service.")
-_admin("down", "Mark a node down; the daemon requeues its jobs (needs --reason).")
-_admin("resume", "Return a down or drained node to service (scontrol ... state=resume).")
+_admin("drain", "Stop new work landing on nodes; running jobs finish (needs --reason).")
+_admin("undrain", "Return drained nodes to service.")
+_admin("down", "Mark nodes down; the daemon requeues their jobs (needs --reason).")
+_admin("resume", "Return down or drained nodes to service (scontrol ... state=resume).")
 
 
 @app.command("set")

@@ -27,7 +27,7 @@ from gctl.limits import (
     check_text,
     shown,
 )
-from gctl.services import access, events
+from gctl.services import access, events, hostlists
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.services.specs import SpecError, parse_size_mb
@@ -409,10 +409,11 @@ def list_nodes(
 def named_rows(s: Session, names: list[str] | None) -> list[NodeRow]:
     """The named nodes (default: all) by name, GPUs loaded; NotFound for a name not stored."""
     q = select(NodeRow).options(selectinload(NodeRow.gpus)).order_by(NodeRow.name)
-    if names:
-        q = q.where(NodeRow.name.in_(check_names(names)))
+    wanted = check_names(names) if names else None
+    if wanted:
+        q = q.where(NodeRow.name.in_(wanted))
     rows = list(s.scalars(q))
-    _check_all_found(names, [r.name for r in rows])
+    _check_all_found(wanted, [r.name for r in rows])
     return rows
 
 
@@ -477,11 +478,11 @@ def _get(s: Session, name: str) -> NodeRow:
 
 
 def check_names(names: list[str]) -> list[str]:
-    """Names to look nodes up by: what a name may be (see :mod:`gctl.limits`), and not too many."""
+    """Names to look nodes up by, hostlist expressions expanded (``gpu[01-08]``)."""
     check_int(len(names), "number of node names", high=SPEC_ITEMS_MAX)
     for name in names:
-        check_text(name, "node name")
-    return names
+        check_text(name, "node name", limit=TEXT_MAX)
+    return hostlists.expand(names)
 
 
 def _check_all_found(asked: list[str] | None, found: list[str]) -> None:
