@@ -84,7 +84,8 @@ def warm(
     ctx: typer.Context,
     name: NameArg,
     nodes: Annotated[
-        str | None, typer.Option(help="Comma-separated nodes to fill (default: every node).")
+        str | None,
+        typer.Option(help="Nodes to fill, a hostlist: gpu[01-04] (default: every node)."),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -92,7 +93,7 @@ def warm(
     from gctl.hosts.ssh import Pool
     from gctl.services import datasets
 
-    names = [n for n in (nodes or "").split(",") if n]
+    names = [nodes] if nodes else []  # a hostlist: gpu[01-04],gpu09
     with Pool() as pool:
         done = datasets.warm(store(ctx), name, names, pool)
     if json_out:
