@@ -243,7 +243,9 @@ def cancel(
         ]
         chosen = [i for i in matched if i in set(chosen)] if chosen else matched
     elif not chosen:
-        raise UsageError("give job ids, or choose jobs with -u, -t, --name or -w")
+        from typer._click.exceptions import UsageError as Usage  # exit 2, as a missing argument
+
+        raise Usage("give job ids, or choose jobs with -u, -t, --name or -w", ctx)
     _each(chosen, lambda j: jobs.act(s, j, "cancel", **args), json_out)
 
 

@@ -161,6 +161,6 @@ def test_cancel_chooses_jobs_by_user_state_and_name_as_scancel_does(gdb: Path) -
     code, out, _ = run("cancel", b, a, "-t", "PD")  # ids and a filter: the ids that match
     assert (code, out) == (0, f"job {b} cancelled\n")  # a is finished: not pending
     code, _, err = run("cancel")
-    assert code == 1 and err.startswith("gctl: error: give job ids, or choose jobs with -u")
+    assert code == 2 and err.startswith("gctl: error: give job ids, or choose jobs with -u")
     states = {j["id"]: j["state"] for j in json.loads(ok("queue", "-t", "all", "--json"))["jobs"]}
     assert set(states.values()) == {"CANCELLED"}
