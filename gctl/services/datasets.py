@@ -130,6 +130,7 @@ def list_all(store: Store) -> list[DatasetView]:
 
 
 def _get(store: Store, name: str) -> DatasetRow:
+    check_name(name)
     with transaction(store.engine, write=False) as s:
         row = s.scalar(select(DatasetRow).where(DatasetRow.name == name))
         if row is None:
@@ -162,6 +163,7 @@ def show(store: Store, name: str, pool: Pool) -> DatasetView:
 def remove(store: Store, name: str) -> None:
     """Forget a dataset no unfinished job names (node copies go when their space is needed)."""
     access.operator_only(store, "gctl dataset rm")
+    check_name(name)
     with transaction(store.engine, write=True) as s:
         row = s.scalar(select(DatasetRow).where(DatasetRow.name == name))
         if row is None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import hostlist  # type: ignore[import-untyped]
 
-from gctl.limits import shown
+from gctl.limits import NAME_MAX, TEXT_MAX, check_text, shown
 from gctl.services.errors import ServiceError
 
 MOST = 100_000
@@ -39,12 +39,16 @@ def expand(texts: Iterable[str]) -> list[str]:
     """The node names of hostlist expressions, in order, each once."""
     names: dict[str, None] = {}
     for text in texts:
+        check_text(text, "node list", limit=TEXT_MAX)
         if _bound(text) > MOST:
             raise ServiceError(f"node list {shown(text)}: names more than {MOST} nodes")
         try:
-            names.update(dict.fromkeys(hostlist.expand_hostlist(text)))
+            expanded = hostlist.expand_hostlist(text)
         except hostlist.BadHostlist as exc:
             raise ServiceError(f"node list {shown(text)}: {exc}") from None
+        for name in expanded:
+            check_text(name, "node name", limit=NAME_MAX)
+        names.update(dict.fromkeys(expanded))
         if len(names) > MOST:
             raise ServiceError(f"node lists name more than {MOST} nodes")
     return list(names)
