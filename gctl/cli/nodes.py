@@ -149,9 +149,10 @@ def _admin(action: str, doc: str) -> None:
         reason: ReasonOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
-        from gctl.services import nodes
+        from gctl.services import access, nodes
 
         st = store(ctx)
+        access.operator_only(st, f"gctl node {action}")
         names = [v.name for v in nodes.list_nodes(st, [name])]  # every one known, or none done
         done = [nodes.set_admin_state(st, n, action, reason) for n in names]
         if json_out:
