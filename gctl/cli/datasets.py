@@ -103,8 +103,7 @@ def warm(
         if f.cached:
             render.message(f"{f.node}: already cached")
         else:
-            rate = f.bytes / f.seconds / 1e6 if f.seconds > 0 else 0.0
             render.message(
                 f"{f.node}: copied from {f.source}, {render.size(f.bytes)} in {f.seconds:.1f} s"
-                f" ({rate:.0f} MB/s)"
+                f" ({f.rate:.0f} MB/s)"
             )

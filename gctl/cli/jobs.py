@@ -233,19 +233,17 @@ def cancel(
 
     args = {"signal": parse_signal(signal)} if signal is not None else {}
     s = store(ctx)
-    users, names, nodes = _split(user, "--user"), _split(name, "--name"), _nodes(nodelist)
-    wanted = job_queue.parse_states(states) if states else None
-    chosen = list(job_ids or [])
-    if users or names or nodes or wanted:
-        listed = job_queue.queue(s, users=users, states=wanted, nodes=nodes)
-        matched = [
-            i for i, n in zip(listed.id, listed.name, strict=True) if not names or n in names
-        ]
-        chosen = [i for i in matched if i in set(chosen)] if chosen else matched
-    elif not chosen:
+    filters = {
+        "users": _split(user, "--user"),
+        "states": job_queue.parse_states(states) if states else None,
+        "names": _split(name, "--name"),
+        "nodes": _nodes(nodelist),
+    }
+    if not job_ids and not any(filters.values()):
         from typer._click.exceptions import UsageError as Usage  # exit 2, as a missing argument
 
         raise Usage("give job ids, or choose jobs with -u, -t, --name or -w", ctx)
+    chosen = job_queue.matching(s, list(job_ids or []), **filters)
     _each(chosen, lambda j: jobs.act(s, j, "cancel", **args), json_out)
 
 

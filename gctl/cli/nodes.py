@@ -149,12 +149,9 @@ def _admin(action: str, doc: str) -> None:
         reason: ReasonOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
-        from gctl.services import access, nodes
+        from gctl.services import nodes
 
-        st = store(ctx)
-        access.operator_only(st, f"gctl node {action}")
-        names = [v.name for v in nodes.list_nodes(st, [name])]  # every one known, or none done
-        done = [nodes.set_admin_state(st, n, action, reason) for n in names]
+        done = nodes.set_admin_states(store(ctx), name, action, reason)
         if json_out:
             render.emit_json(done[0].to_dict() if len(done) == 1 else [v.to_dict() for v in done])
         else:

@@ -24,8 +24,8 @@ from gctl.daemon import DAEMON_USER
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import datacache, events, hostops
-from gctl.services.datasets import mount_of
 from gctl.services.db import Store
+from gctl.services.specs import dataset_entry
 from gctl.store.engine import transaction
 from gctl.store.models import DatasetRow, NodeRow
 
@@ -79,7 +79,7 @@ class Fills:
         """Make sure ``node`` has each dataset of the job; its mounts (HostError when not)."""
         if not entries:
             return Prepared()
-        wanted = [mount_of(e) for e in entries]
+        wanted = [dataset_entry(e) for e in entries]
         rows, nodes = self._resolve([name for name, _ in wanted])
         by_name = {r.name: r for r in rows}
         keys = [datacache.key(r.name, r.digest) for r in rows]

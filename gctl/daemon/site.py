@@ -154,12 +154,14 @@ class Site:
     def launch(self, job: Launch, refs: Iterable[GpuRef], nodes: Mapping[str, NodeRow]) -> None:
         """Start the job's current attempt on ``refs``: one container per node, GPUs pinned.
 
-        ``nodes`` are the node rows, with their GPUs loaded, by name; no
-        store access happens here, so launches on different nodes may run in
-        parallel threads. Each node gets the attempt's own job directory,
-        seeded from the job's newest earlier attempt there; when the
-        mirror's copy holds a newer checkpoint than that, the mirror's goes
-        in instead. A new job starts with an empty directory.
+        ``nodes`` are the node rows, with their GPUs loaded, by name; the
+        store is touched only in short transactions of its own (a job's
+        datasets read, their copies recorded: :mod:`gctl.daemon.datafill`),
+        so launches on different nodes may run in parallel threads. Each node
+        gets the attempt's own job directory, seeded from the job's newest
+        earlier attempt there; when the mirror's copy holds a newer
+        checkpoint than that, the mirror's goes in instead. A new job starts
+        with an empty directory, and its datasets in the node's cache.
 
         The site's rules are checked again first (the store may have been
         written without gctl): a job that may not run as asked raises a

@@ -28,8 +28,6 @@ _AGENT = Path(cache_agent.__file__).read_text(encoding="utf-8")
 """The cache agent's source, run by the host's ``python3 -c``."""
 COPY_TIMEOUT = 6 * 3600.0
 """Seconds one copy of a dataset may take."""
-DEFAULT_MOUNT = "/datasets"
-"""Where a job finds a dataset it did not give a mount point for: ``/datasets/NAME``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +58,14 @@ class Filled:
     source: str | None = None
     evicted: tuple[str, ...] = ()
 
+    @property
+    def rate(self) -> float:
+        """MB/s the copy moved at (0 when nothing was timed)."""
+        return self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
     def describe(self, name: str) -> str:
         """One line for an event: what was copied where, how fast, and what was evicted."""
-        rate = self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+        rate = self.rate
         gone = f"; evicted {', '.join(self.evicted)}" if self.evicted else ""
         return (
             f"dataset {name} copied to {self.node} from {self.source}: {self.bytes} bytes"

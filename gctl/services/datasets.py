@@ -25,6 +25,7 @@ from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.services.nodes import named_rows
 from gctl.services.queue import FINISHED
+from gctl.services.specs import dataset_entry
 from gctl.store.engine import transaction
 from gctl.store.models import DatasetRow, JobRow, NodeRow
 
@@ -171,7 +172,7 @@ def remove(store: Store, name: str) -> None:
         users = [
             j.id
             for j in s.scalars(select(JobRow).where(JobRow.state.not_in(sorted(FINISHED))))
-            if any(mount_of(d)[0] == name for d in j.datasets)
+            if any(dataset_entry(d)[0] == name for d in j.datasets)
         ]
         if users:
             ids = ", ".join(map(str, users[:10]))
@@ -204,9 +205,3 @@ def warm(store: Store, name: str, node_names: list[str], pool: Pool) -> list[dat
             with transaction(store.engine, write=True) as s:
                 events.record(s, "dataset.fill", filled.describe(name), node=node.name)
     return out
-
-
-def mount_of(entry: str) -> tuple[str, str]:
-    """A job's ``--dataset`` entry, ``NAME[:/mount]``: its name and mount point."""
-    name, sep, mount = entry.partition(":")
-    return name, mount if sep else f"{datacache.DEFAULT_MOUNT}/{name}"

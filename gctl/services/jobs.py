@@ -21,7 +21,7 @@ from gctl.services import access, events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.services.queue import FINISHED, JobColumns
-from gctl.services.specs import JobRequest
+from gctl.services.specs import JobRequest, dataset_entry
 from gctl.store.engine import transaction
 from gctl.store.models import (
     AllocationRow,
@@ -116,7 +116,7 @@ def _row_values(req: JobRequest, me: Who, at: float) -> dict[str, Any]:
 
 def _check_datasets(s: Session, reqs: list[JobRequest]) -> None:
     """Refuse a job naming a dataset that is not recorded (``gctl dataset add``)."""
-    named = {d.partition(":")[0] for r in reqs for d in r.datasets}
+    named = {dataset_entry(d)[0] for r in reqs for d in r.datasets}
     if not named:
         return
     known = set(s.scalars(select(DatasetRow.name).where(DatasetRow.name.in_(sorted(named)))))

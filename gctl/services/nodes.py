@@ -435,6 +435,15 @@ def mark(row: NodeRow, admin_state: str, reason: str | None, user: str, at: floa
 
 def set_admin_state(store: Store, name: str, action: str, reason: str | None) -> NodeView:
     """``drain``, ``undrain``, ``down`` or ``resume`` a node, recording reason, user and time."""
+    return set_admin_states(store, name, action, reason)[0]
+
+
+def set_admin_states(store: Store, names: str, action: str, reason: str | None) -> list[NodeView]:
+    """:func:`set_admin_state` for every node of a hostlist (``gpu[01-04]``), or for none.
+
+    One transaction: an unknown node, or one that ``undrain`` does not
+    apply to, leaves every node as it was.
+    """
     if action not in _ADMIN:
         raise ServiceError(f"unknown node action {action!r}")
     user = access.operator_only(store, f"gctl node {action}").name
@@ -443,13 +452,15 @@ def set_admin_state(store: Store, name: str, action: str, reason: str | None) ->
     if reason is not None:
         check_text(reason, "--reason", limit=TEXT_MAX)
     with transaction(store.engine, write=True) as s:
-        row = _get(s, name)
-        if action == "undrain" and row.admin_state != "drain":
-            raise ServiceError(f"node {name} is not drained (it is {row.admin_state})")
-        mark(row, _ADMIN[action], reason, user, now())
-        why = f": {reason}" if reason else ""
-        events.record(s, f"node.{action}", f"node {name} {action}{why}", node=name, user=user)
-        return views(s, [row], detail=True)[0]
+        rows = named_rows(s, [names])
+        at, why = now(), f": {reason}" if reason else ""
+        for row in rows:
+            if action == "undrain" and row.admin_state != "drain":
+                raise ServiceError(f"node {row.name} is not drained (it is {row.admin_state})")
+            mark(row, _ADMIN[action], reason, user, at)
+            message = f"node {row.name} {action}{why}"
+            events.record(s, f"node.{action}", message, node=row.name, user=user)
+        return views(s, rows, detail=True)
 
 
 def remove_node(store: Store, name: str) -> None:

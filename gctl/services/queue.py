@@ -165,6 +165,31 @@ def queue(
         return listing(reader, users=users, states=states, nodes=nodes)
 
 
+def matching(
+    store: Store,
+    ids: list[int],
+    *,
+    users: set[str] | None = None,
+    states: set[str] | None = None,
+    names: set[str] | None = None,
+    nodes: set[str] | None = None,
+) -> list[int]:
+    """Jobs chosen as scancel chooses them: ``ids`` that match the filters.
+
+    With no ids, every job (not finished, unless ``states`` says) that
+    matches; with no filters, ``ids`` as given.
+    """
+    if not (users or states or names or nodes):
+        return ids
+    listed = queue(store, users=users, states=states, nodes=nodes)
+    pairs = zip(listed.id, listed.name, strict=True)
+    found = [i for i, n in pairs if not names or n in names]
+    if not ids:
+        return found
+    asked = set(ids)
+    return [i for i in found if i in asked]
+
+
 def listing(
     reader: Reader,
     *,

@@ -197,6 +197,16 @@ def _target(dst: str, what: str) -> str:
     return target
 
 
+DATASET_MOUNT = "/datasets"
+"""Where a job finds a dataset it gave no mount point for: ``/datasets/NAME``."""
+
+
+def dataset_entry(entry: str) -> tuple[str, str]:
+    """A stored ``--dataset`` entry, ``NAME[:/mount]``: its name and mount point."""
+    name, sep, mount = entry.partition(":")
+    return name, mount if sep else f"{DATASET_MOUNT}/{name}"
+
+
 def parse_dataset(text: str) -> str:
     """``NAME[:/mount]``: a dataset name, and where the job finds it (absolute, not reserved)."""
     what = f"--dataset {shown(text)}"
