@@ -113,7 +113,10 @@ class JobRow(Base):
     """A submitted job: its full spec and where it stands now."""
 
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state_id", "state", "id"),)
+    __table_args__ = (
+        Index("ix_jobs_state_id", "state", "id"),
+        Index("ix_jobs_end_time", "end_time"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
@@ -131,6 +134,8 @@ class JobRow(Base):
     elastic_min: Mapped[int | None]
     elastic_max: Mapped[int | None]
     gpu_mem_mb: Mapped[int | None]
+    # Seconds of running the job may have (``--time``); None: no limit.
+    time_limit: Mapped[float | None]
     datasets: Mapped[list[Any]] = mapped_column(default=list)
     profile: Mapped[str | None] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16), default="PENDING")
@@ -175,6 +180,49 @@ class AllocationRow(Base):
 
     job: Mapped[JobRow] = relationship(back_populates="allocations")
     gpu: Mapped[GpuRow] = relationship()
+
+
+class AllocationHistoryRow(Base):
+    """A GPU a job held, and from when until when: what accounting reads (``gctl acct``).
+
+    Written when an allocation ends (:func:`gctl.store.allocations.release`),
+    so the GPUs a job holds now are in ``allocations`` and the ones it held
+    before are here. The node and GPU are kept by name and index, not by
+    key, so the record outlives a node's removal.
+    """
+
+    __tablename__ = "allocation_history"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    node: Mapped[str] = mapped_column(String(255))
+    gpu_index: Mapped[int]
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(16))
+    since: Mapped[float]
+    until: Mapped[float]
+
+
+class JobOutputRow(Base):
+    """Where one attempt's output was saved on its node when its container was removed.
+
+    ``path`` is the file in the job's directory on ``node``; ``tail`` is its
+    last lines (bounded), kept here so the output stays readable when the
+    node is away or the file is gone. Readable by the job's owner and
+    operators only: output may hold secrets.
+    """
+
+    __tablename__ = "job_outputs"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "node"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int]
+    node: Mapped[str] = mapped_column(String(255))
+    path: Mapped[str] = mapped_column(Text)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    tail: Mapped[str] = mapped_column(Text)
+    saved_at: Mapped[float] = mapped_column(default=now)
 
 
 class DaemonLeaseRow(Base):
