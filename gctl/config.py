@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gctl.slurmtime import TimeFormatError, parse_time_limit
+
 SYSTEM_CONFIG = Path("/etc/gctl/gctl.toml")
 
 DEFAULT_WORK_DIR = "/var/lib/gctl"
@@ -36,7 +38,13 @@ def node_cache_dir(work_dir: str | None, cache_dir: str | None) -> str:
 PRIORITIES = ("low", "normal", "high")
 """Job priorities, lowest first."""
 
-_LIMITS: dict[str, type] = {"max_priority": str, "max_gpus": int, "opportunistic_only": bool}
+_LIMITS: dict[str, type] = {
+    "max_priority": str,
+    "max_gpus": int,
+    "opportunistic_only": bool,
+    "default_time": str,
+    "max_time": str,
+}
 KNOWN: dict[str, dict[str, type]] = {
     "store": {"url": str},
     "security": {
@@ -172,11 +180,19 @@ def resolve(db: str | None = None) -> Settings:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one user may ask for: highest priority, GPUs at once (0: any), opportunistic only."""
+    """What one user may ask for: highest priority, GPUs at once (0: any), opportunistic only.
+
+    ``default_time`` is the time limit of a job submitted without ``--time``
+    (unset: ``max_time``, as Slurm's partitions do) and ``max_time`` the
+    longest one may ask for, in seconds (None: none), written in Slurm's
+    notation in the file (``1-00:00:00``).
+    """
 
     max_priority: str = "normal"
     max_gpus: int = 0
     opportunistic_only: bool = False
+    default_time: float | None = None
+    max_time: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +263,17 @@ def _limits(path: Path, where: str, table: Mapping[str, Any], base: Limits) -> L
     gpus = table.get("max_gpus", base.max_gpus)
     if gpus < 0:
         raise ConfigError(f"{path}: [{where}] max_gpus must be 0 (no limit) or more")
-    return Limits(priority, gpus, table.get("opportunistic_only", base.opportunistic_only))
+    times: dict[str, float | None] = {}
+    for key in ("default_time", "max_time"):
+        try:
+            times[key] = parse_time_limit(table[key], f"[{where}] {key}") if key in table else None
+        except TimeFormatError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    default, most = times["default_time"], times["max_time"]
+    if default is not None and most is not None and default > most:
+        raise ConfigError(f"{path}: [{where}] default_time is longer than max_time")
+    opportunistic = table.get("opportunistic_only", base.opportunistic_only)
+    return Limits(priority, gpus, opportunistic, default, most)
 
 
 def write_starter(path: Path, url: str) -> bool:

@@ -1,10 +1,11 @@
-"""completions/: current, they complete commands and options in real bash, zsh and fish, fast.
+"""completions/: current, they complete commands, options and values in real bash, zsh and fish.
 
 Each shell loads the script the way an installed gctl has it loaded: bash
 sources it (as bash-completion does), zsh autoloads ``_gctl`` from a
 ``site-functions`` directory on its fpath, fish finds ``gctl.fish`` in a
 ``vendor_completions.d`` directory under ``$XDG_DATA_DIRS``. The scripts call
-the ``gctl`` on PATH: this checkout's console script.
+the ``gctl`` on PATH: this checkout's console script. Job ids and node names
+come from a real SQLite store chosen through ``$GCTL_DB``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clikit import ok
 
 from gctl.cli import docs
 
@@ -40,6 +42,20 @@ def _shell(name: str) -> str:
 
 def _env(home: Path) -> dict[str, str]:
     return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HOME": str(home)}
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A store chosen through $GCTL_DB, with node gpu01 and job 1 (train, pending)."""
+    db = tmp_path / "gctl.db"
+    cfg = tmp_path / "gctl.toml"
+    cfg.write_text("")
+    monkeypatch.setenv("GCTL_DB", str(db))
+    monkeypatch.setenv("GCTL_CONFIG", str(cfg))
+    ok("init")
+    ok("node", "add", "gpu01", "--host", "10.0.0.1", "--host-key-fingerprint", "SHA256:" + "A" * 43)
+    ok("submit", "--image", "img", "--name", "train", "--", "python", "train.py")
+    return db
 
 
 def test_committed_scripts_are_current(tmp_path: Path) -> None:
@@ -76,6 +92,40 @@ NODE_COMMANDS = {
     ],
 )
 def test_bash_completes_commands_and_options(tmp_path: Path, line: str, expected: set[str]) -> None:
+    assert set(_bash(tmp_path, line)) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("gctl cancel ", ["1"]),
+        ("gctl show job ", ["1"]),
+        ("gctl node show ", ["gpu01"]),
+        ("gctl node drain g", ["gpu01"]),
+        ("gctl queue -w gpu01,", []),
+        ("gctl queue -t pd,RUN", ["pd,RUNNING"]),
+        ("gctl submit --priority ", ["low", "normal", "high"]),
+        ("gctl sim run t.csv --compare fifo,ga", ["fifo,gandiva"]),
+    ],
+)
+def test_bash_completes_values_from_the_store(
+    site: Path, tmp_path: Path, line: str, expected: list[str]
+) -> None:
+    assert _bash(tmp_path, line) == expected
+
+
+def test_no_store_no_candidates_and_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GCTL_DB", str(tmp_path / "missing" / "gctl.db"))
+    assert _bash(tmp_path, "gctl node show ") == []
+    (tmp_path / "junk.db").write_text("not a database")
+    monkeypatch.setenv("GCTL_DB", str(tmp_path / "junk.db"))
+    assert _bash(tmp_path, "gctl cancel ") == []
+
+
+def _bash(tmp_path: Path, line: str) -> list[str]:
+    """What bash offers for LINE (COMPREPLY), with the bash script sourced; nothing on stderr."""
     words = line.split(" ")
     script = (
         f"source {REPO / docs.COMPLETIONS['bash']}\n"
@@ -90,7 +140,8 @@ def test_bash_completes_commands_and_options(tmp_path: Path, line: str, expected
         timeout=60,
         check=True,
     )
-    assert set(out.stdout.split()) == expected
+    assert out.stderr == ""
+    return out.stdout.split()
 
 
 def _fish(tmp_path: Path, line: str) -> list[str]:
@@ -114,6 +165,11 @@ def test_fish_completes_commands_and_options(tmp_path: Path) -> None:
     options = _fish(tmp_path, "gctl submit --gp")
     assert "--gpus\tGPUs the job needs." in options
     assert {c.split("\t")[0] for c in options} == {"--gpus", "--gpu-mem"}
+
+
+def test_fish_completes_job_ids_and_node_names_with_their_help(site: Path, tmp_path: Path) -> None:
+    assert _fish(tmp_path, "gctl cancel ") == ["1\tPENDING train"]
+    assert _fish(tmp_path, "gctl node show ") == ["gpu01\t10.0.0.1"]
 
 
 def _zsh(tmp_path: Path, keys: bytes, until: bytes, timeout: float = 60) -> bytes:
@@ -177,6 +233,17 @@ def test_zsh_lists_options_with_their_help(tmp_path: Path) -> None:
     assert b"--gpus" in seen and b"GPUs the job needs." in seen
 
 
+@pytest.mark.parametrize(
+    ("line", "completed"),
+    [(b"gctl cancel ", b"gctl cancel 1 "), (b"gctl node show ", b"gctl node show gpu01 ")],
+)
+def test_zsh_completes_job_ids_and_node_names(
+    site: Path, tmp_path: Path, line: bytes, completed: bytes
+) -> None:
+    seen = _zsh(tmp_path, line + b"\t\x18", until=b"</buffer>")
+    assert b"<buffer>" + completed + b"</buffer>" in seen
+
+
 MODULES = """
 import json, sys
 sys.argv[0] = "gctl"
@@ -234,3 +301,20 @@ def test_a_completion_request_loads_no_heavy_module(
     loaded = set(json.loads(out.stderr.splitlines()[-1]))
     heavy = HEAVY + also_heavy
     assert not {m for m in loaded if m.startswith(heavy)}
+
+
+def test_completing_from_the_store_loads_no_heavy_module(site: Path) -> None:
+    """Node names are read from a SQLite store with the standard library alone."""
+    request = {"COMP_WORDS": "gctl node show ", "COMP_CWORD": "3"}
+    env = {**os.environ, **request, docs.COMPLETE_VAR: "complete_bash"}
+    out = subprocess.run(
+        [sys.executable, "-c", MODULES],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.split() == ["gpu01"]
+    loaded = set(json.loads(out.stderr.splitlines()[-1]))
+    assert not {m for m in loaded if m.startswith((*HEAVY, "rich"))}

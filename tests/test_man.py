@@ -154,8 +154,11 @@ def test_each_option_is_on_its_page_with_help_and_default(
     for param in command.params:
         if param.name == "help":
             continue
-        for opt in [*param.opts, *getattr(param, "secondary_opts", [])]:
-            assert opt in text, f"{opt} of gctl {' '.join(path)} missing from {page}"
+        names = [*param.opts, *getattr(param, "secondary_opts", [])]
+        if param.param_type_name == "argument":
+            names = []  # shown by its metavar, as in --help
+        for shown in [*names, *([param.metavar] if param.metavar else [])]:
+            assert shown in text, f"{shown} of gctl {' '.join(path)} missing from {page}"
         help_text = " ".join((getattr(param, "help", None) or "").split())
         assert help_text in text, f"help of {param.name} missing from {page}"
         default = param.default

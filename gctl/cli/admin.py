@@ -74,7 +74,9 @@ def copy(
     to: Annotated[
         str,
         typer.Option(
-            "--to", help="The empty database to copy into: a URL or a SQLite file (schema made)."
+            "--to",
+            metavar="URL",
+            help="The empty database to copy into: a URL or a SQLite file (schema made).",
         ),
     ],
     json_out: JsonOpt = False,

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from gctl.cli import render
+from gctl.cli import complete, render
 from gctl.cli.context import store
 from gctl.cli.errors import UsageError
 from gctl.cli.parse import parse_options
@@ -32,9 +32,13 @@ class _InertFormatter(logging.Formatter):
 
 def daemon(
     ctx: typer.Context,
-    policy: Annotated[str, typer.Option(help="Scheduling policy (gctl sim --help lists them).")] = (
-        "gandiva"
-    ),
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Scheduling policy (gctl sim --help lists them).",
+            autocompletion=complete.policies,
+        ),
+    ] = "gandiva",
     option: Annotated[
         list[str] | None,
         typer.Option("--option", "-o", help="Policy option KEY=VALUE (repeatable)."),
@@ -61,7 +65,10 @@ def daemon(
     ] = 60.0,
     grace: Annotated[
         float,
-        typer.Option(max=PERIOD_MAX, help="Seconds a job has to checkpoint and exit when moved."),
+        typer.Option(
+            max=PERIOD_MAX,
+            help="Seconds a job has to checkpoint and exit when moved or at its --time.",
+        ),
     ] = 30.0,
     lease_s: Annotated[
         float,
@@ -126,6 +133,27 @@ def daemon(
             min=1.0, max=PERIOD_MAX, help="Most seconds a data-parallel job's batch profile takes."
         ),
     ] = 60.0,
+    output_max: Annotated[
+        str,
+        typer.Option(
+            help="Output of each job container kept on its node when it is removed (the last"
+            " part), e.g. 64M.",
+        ),
+    ] = "64M",
+    output_tail: Annotated[
+        int,
+        typer.Option(
+            min=0, max=100_000, help="Lines of each job container's output kept in the store."
+        ),
+    ] = 200,
+    output_keep: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=36500.0,
+            help="Days a finished job's kept output (and job directories) stay; 0: forever.",
+        ),
+    ] = 30.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every step.")] = False,
 ) -> None:
     """Place and manage jobs on the hosts until stopped (SIGTERM/SIGINT); jobs keep running."""
@@ -133,6 +161,8 @@ def daemon(
     from gctl.daemon import metrics as daemon_metrics
     from gctl.daemon.batching import BatchOptions
     from gctl.daemon.loop import Daemon, DaemonConfig
+    from gctl.daemon.output import OutputOptions
+    from gctl.services.specs import parse_size_mb
 
     for value, flag in (
         (state_dir, "--state-dir"),
@@ -156,6 +186,11 @@ def daemon(
             control_every=control_every,
             gpu_mem_grace=gpu_mem_grace,
             batching=BatchOptions(profile_steps=profile_steps, profile_seconds=profile_seconds),
+            output=OutputOptions(
+                max_bytes=parse_size_mb(output_max, "--output-max", 1 << 20) << 20,
+                tail_lines=output_tail,
+                keep_days=output_keep,
+            ),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

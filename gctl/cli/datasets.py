@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from gctl.cli import render
+from gctl.cli import complete, render
 from gctl.cli.context import JsonOpt, store
 
 app = typer.Typer(help="Datasets jobs read from each node's cache: add, ls, show, rm, warm.")
@@ -85,7 +85,10 @@ def warm(
     name: NameArg,
     nodes: Annotated[
         str | None,
-        typer.Option(help="Nodes to fill, a hostlist: gpu[01-04] (default: every node)."),
+        typer.Option(
+            help="Nodes to fill, a hostlist: gpu[01-04] (default: every node).",
+            autocompletion=complete.nodes,
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:

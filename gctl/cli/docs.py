@@ -61,8 +61,9 @@ EXIT_STATUS = [
     ),
     (
         "2",
-        "A command line that does not parse: an unknown command or option, a missing"
-        " argument, a value of the wrong type.",
+        "A command line found wrong before anything is done: an unknown command or option,"
+        " a missing argument, a value of the wrong form, out of range or not among the"
+        " choices, an unknown policy.",
     ),
 ]
 
@@ -211,13 +212,13 @@ def _synopsis(usages: list[str]) -> list[str]:
 
 
 def _usage(command: Command, ctx: Context) -> str:
-    """``gctl node add [OPTIONS] {name}``: the command bold, the rest italic, as --help has it."""
+    """``gctl node add [OPTIONS] NODE``: the command bold, the rest italic, as --help has it."""
     pieces = " ".join(f"\\fI{_esc(p)}\\fR" for p in command.collect_usage_pieces(ctx))
     return f"\\fB{_esc(ctx.command_path)}\\fR {pieces}"
 
 
 def _params(command: Command, ctx: Context, kind: str) -> list[str]:
-    """``.TP`` items for the arguments or the options: names, value type, help with default.
+    """``.TP`` items for the arguments or the options: names, metavar, help with default.
 
     ``--help``, which every command takes, is listed once, on ``gctl(1)``.
     """
@@ -234,7 +235,7 @@ def _params(command: Command, ctx: Context, kind: str) -> list[str]:
 
 
 def _term(names: str, kind: str) -> str:
-    """``-f, --file <path>`` or ``job_ids... <list[int]>``: option names bold, the rest italic."""
+    """``-f, --file FILE`` or ``JOB_ID``: option names bold, metavars italic."""
     out = []
     for part in re.split(r"(, | / | )", names):
         if part in (", ", " / ", " "):

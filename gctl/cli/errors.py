@@ -1,14 +1,29 @@
-"""The errors a CLI command reports as one line and exit code 1, never as a traceback."""
+"""The errors a CLI command reports as one line, never as a traceback: usage (exit 2), else 1."""
 
 from __future__ import annotations
 
 
 class UsageError(ValueError):
-    """A value the user gave that no command can use."""
+    """A value on the command line that no command can use, found before anything is done.
+
+    Reported as Typer's own usage errors are, with exit code 2.
+    """
+
+
+def usage_errors() -> tuple[type[Exception], ...]:
+    """Usage errors besides Typer's own (exit 2), each found before a command does anything.
+
+    A value :class:`UsageError` refuses; a policy the command line names that
+    is not registered, or a policy option it does not take. Looked up only
+    once a command has failed, as :func:`user_errors` is.
+    """
+    from gctl.core.policy import PolicyOptionError, UnknownPolicyError
+
+    return (UsageError, UnknownPolicyError, PolicyOptionError)
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """Exceptions caused by input or environment; anything else is a bug and keeps its traceback.
+    """Exceptions caused by input or environment (exit 1); anything else is a bug (a traceback).
 
     Looked up only once a command has failed, so that no command pays at
     start-up for importing the modules that define them (the simulator's,
@@ -19,7 +34,6 @@ def user_errors() -> tuple[type[Exception], ...]:
     from sqlalchemy.exc import DatabaseError
 
     from gctl.config import ConfigError
-    from gctl.core.policy import PolicyOptionError, UnknownPolicyError
     from gctl.core.state import StateError
     from gctl.services.errors import ServiceError
     from gctl.services.specs import SpecError
@@ -29,12 +43,9 @@ def user_errors() -> tuple[type[Exception], ...]:
     from gctl.store.engine import StoreError
 
     return (
-        UsageError,
         TraceError,
         TrainError,
         ClusterSpecError,
-        UnknownPolicyError,
-        PolicyOptionError,
         StateError,
         ServiceError,
         SpecError,

@@ -16,22 +16,36 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gctl.cli import complete, render
 from gctl.cli import nodes as node_cmds
-from gctl.cli import render
 from gctl.cli.context import JsonOpt, store, target
 from gctl.cli.errors import UsageError
 from gctl.cli.interrupt import stop_requested
-from gctl.cli.parse import parse_duration, parse_signal
+from gctl.cli.parse import parse_ids, parse_names, parse_signal, parse_time
+from gctl.config import site_policy
 from gctl.gcpause import gc_paused
-from gctl.limits import INT_MAX, NAME_MAX, SPEC_ITEMS_MAX, TEXT_MAX, check_int, check_text, shown
+from gctl.identity import who
+from gctl.limits import INT_MAX, NAME_MAX, TEXT_MAX, check_text, shown
 from gctl.services import queue as job_queue
+from gctl.services.errors import ServiceError
 from gctl.services.reader import reading
 
 if TYPE_CHECKING:
     from gctl.services.jobs import ActionResult
 
-JobArg = Annotated[int, typer.Argument(help="Job id.", min=1, max=INT_MAX)]
-JobsArg = Annotated[list[int], typer.Argument(help="Job ids.", min=1, max=INT_MAX)]
+JobArg = Annotated[
+    int, typer.Argument(help="Job id.", min=1, max=INT_MAX, autocompletion=complete.jobs)
+]
+JobsArg = Annotated[
+    list[int],
+    typer.Argument(
+        help="Job ids.",
+        metavar="JOB_ID",
+        min=1,
+        max=INT_MAX,
+        autocompletion=complete.unfinished_jobs,
+    ),
+]
 _TO = re.compile(r"[^:]+(?::[0-9]{1,9}(?:,[0-9]{1,9})*)?")
 """``migrate --to``: ``NODE`` or ``NODE:GPU,GPU...``."""
 FOLLOW_EVERY_S = 1.0
@@ -48,7 +62,9 @@ def submit(
     gpus: Annotated[int, typer.Option(help="GPUs the job needs.")] = 1,
     image: Annotated[str | None, typer.Option(help="Container image.")] = None,
     name: Annotated[str, typer.Option(help="Job name (default: the command).")] = "",
-    priority: Annotated[str, typer.Option(help="low, normal or high.")] = "normal",
+    priority: Annotated[
+        str, typer.Option(help="low, normal or high.", autocompletion=complete.priorities)
+    ] = "normal",
     job_class: Annotated[
         str, typer.Option("--class", help="production or opportunistic.")
     ] = "production",
@@ -58,6 +74,18 @@ def submit(
     env: Annotated[list[str] | None, typer.Option(help="KEY=VALUE (repeatable).")] = None,
     mount: Annotated[list[str] | None, typer.Option(help="SRC:DST[:ro] (repeatable).")] = None,
     profile: Annotated[str | None, typer.Option(help="Model/profile name, e.g. resnet50.")] = None,
+    time: Annotated[
+        str | None,
+        typer.Option(
+            "--time",
+            "-t",
+            help="Time limit of running, as sbatch: MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED.",
+        ),
+    ] = None,
+    wait_for_nodes: Annotated[
+        bool,
+        typer.Option(help="Queue it even if it asks for more GPUs than the registered nodes have."),
+    ] = False,
     batch: Annotated[
         Path | None,
         typer.Option("--file", "-f", help="Submit every job in a JSON-lines/JSON/TOML file."),
@@ -76,22 +104,27 @@ def submit(
     else:
         if not image:
             raise UsageError("--image is required (or --file)")
-        requests = [
-            specs.build(
-                image=image,
-                command=command or [],
-                gpus=gpus,
-                name=name,
-                priority=priority,
-                job_class=job_class,
-                elastic=elastic,
-                gpu_mem=gpu_mem,
-                datasets=dataset or [],
-                env=env or [],
-                mounts=mount or [],
-                profile=profile,
-            )
-        ]
+        try:  # a flag's value; the same in a --file is the file's error (exit 1)
+            requests = [
+                specs.build(
+                    image=image,
+                    command=command or [],
+                    gpus=gpus,
+                    name=name,
+                    priority=priority,
+                    job_class=job_class,
+                    elastic=elastic,
+                    gpu_mem=gpu_mem,
+                    datasets=dataset or [],
+                    env=env or [],
+                    mounts=mount or [],
+                    profile=profile,
+                    time=time,
+                    wait_for_nodes=wait_for_nodes,
+                )
+            ]
+        except specs.SpecError as exc:
+            raise UsageError(str(exc)) from None
     ids = jobs.submit(store(ctx), requests)
     if json_out:
         render.emit_json({"job_ids": ids})
@@ -109,45 +142,85 @@ def queue(
     user: Annotated[
         str | None, typer.Option("--user", "-u", help="Only these users (comma list).")
     ] = None,
+    me: Annotated[bool, typer.Option("--me", help="Only my jobs (as -u with my login).")] = False,
+    job_ids: Annotated[
+        str | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Only these jobs (comma list), in any state unless -t says otherwise.",
+            autocompletion=complete.jobs,
+        ),
+    ] = None,
     states: Annotated[
-        str | None, typer.Option("--states", "-t", help="States or codes, e.g. PD,R or all.")
+        str | None,
+        typer.Option(
+            "--states",
+            "-t",
+            help="States or codes, e.g. PD,R or all.",
+            autocompletion=complete.states,
+        ),
     ] = None,
     nodelist: Annotated[
-        str | None, typer.Option("--nodelist", "-w", help="Only jobs on these nodes.")
+        str | None,
+        typer.Option(
+            "--nodelist", "-w", help="Only jobs on these nodes.", autocompletion=complete.nodes
+        ),
     ] = None,
     fmt: Annotated[
-        str, typer.Option("--format", "-o", help="squeue-style fields, e.g. '%i %t %R'.")
-    ] = render.QUEUE_FORMAT,
+        str | None, typer.Option("--format", "-o", help="squeue-style fields, e.g. '%i %t %R'.")
+    ] = None,
+    long: Annotated[
+        bool, typer.Option("--long", "-l", help="More fields: state, time limit, node count.")
+    ] = False,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort", "-S", help="Sort by these fields, '-' for descending, e.g. -p,i (squeue -S)."
+        ),
+    ] = None,
     noheader: Annotated[bool, typer.Option("--noheader", "-h", help="No header line.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """List jobs like squeue (not finished ones unless -t says otherwise)."""
+    """List jobs like squeue (not finished ones unless -t or -j says otherwise)."""
+    layout = fmt if fmt is not None else render.QUEUE_LONG if long else render.QUEUE_FORMAT
     try:
-        render.check_queue_format(fmt)
+        render.check_queue_format(layout)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    wanted = job_queue.parse_states(states) if states else None
+    wanted = _states(states)
+    users = parse_names(user, "--user") or set()
+    if me:
+        users.add(who(site_policy().admin_group).name)
     # A big queue is a few hundred thousand objects, none in a cycle.
     with gc_paused():
         with reading(target(ctx)) as reader:
             listed = job_queue.listing(
-                reader, users=_split(user, "--user"), states=wanted, nodes=_nodes(nodelist)
+                reader,
+                users=users or None,
+                states=wanted,
+                nodes=_nodes(nodelist),
+                ids=parse_ids(job_ids, "--jobs"),
             )
+        if sort:
+            try:
+                listed = listed.sorted_by(check_text(sort, "--sort", limit=NAME_MAX), time.time())
+            except ServiceError as exc:
+                raise UsageError(str(exc)) from None
         if json_out:
             render.emit_json({"jobs": listed.to_dicts()})
         else:
-            render.queue(listed, fmt, header=not noheader)
+            render.queue(listed, layout, header=not noheader)
 
 
-def _split(text: str | None, flag: str) -> set[str] | None:
-    """A comma list of names to filter by, each one a name may be (see :mod:`gctl.limits`)."""
+def _states(text: str | None) -> set[str] | None:
+    """``-t``: job states, by name or code; an unknown one is a usage error."""
     if not text:
         return None
-    names = {p.strip() for p in text.split(",") if p.strip()}
-    check_int(len(names), f"{flag}: number of names", high=SPEC_ITEMS_MAX)
-    for name in names:
-        check_text(name, flag, limit=NAME_MAX)
-    return names
+    try:
+        return job_queue.parse_states(text)
+    except ServiceError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _nodes(text: str | None) -> set[str] | None:
@@ -182,8 +255,6 @@ def _each(job_ids: list[int], act: Callable[[int], ActionResult], json_out: bool
     an error line of its own on stderr (with --json also an entry of
     ``errors``), and the other jobs are still acted on.
     """
-    from gctl.services.errors import ServiceError
-
     done: list[ActionResult] = []
     refused: list[dict[str, object]] = []
     for job_id in dict.fromkeys(job_ids):
@@ -205,7 +276,15 @@ def _each(job_ids: list[int], act: Callable[[int], ActionResult], json_out: bool
 def cancel(
     ctx: typer.Context,
     job_ids: Annotated[
-        list[int] | None, typer.Argument(help="Job ids.", min=1, max=INT_MAX, show_default=False)
+        list[int] | None,
+        typer.Argument(
+            help="Job ids.",
+            metavar="JOB_ID",
+            min=1,
+            max=INT_MAX,
+            show_default=False,
+            autocompletion=complete.unfinished_jobs,
+        ),
     ] = None,
     signal: Annotated[
         str | None, typer.Option("--signal", "-s", help="Send this signal instead of ending.")
@@ -214,13 +293,22 @@ def cancel(
         str | None, typer.Option("--user", "-u", help="Only jobs of these users (comma list).")
     ] = None,
     states: Annotated[
-        str | None, typer.Option("--state", "-t", help="Only jobs in these states, e.g. PD,R.")
+        str | None,
+        typer.Option(
+            "--state",
+            "-t",
+            help="Only jobs in these states, e.g. PD,R.",
+            autocompletion=complete.states,
+        ),
     ] = None,
     name: Annotated[
         str | None, typer.Option("--name", "-n", help="Only jobs of these names (comma list).")
     ] = None,
     nodelist: Annotated[
-        str | None, typer.Option("--nodelist", "-w", help="Only jobs on these nodes.")
+        str | None,
+        typer.Option(
+            "--nodelist", "-w", help="Only jobs on these nodes.", autocompletion=complete.nodes
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -232,17 +320,15 @@ def cancel(
     from gctl.services import jobs
 
     args = {"signal": parse_signal(signal)} if signal is not None else {}
-    s = store(ctx)
     filters = {
-        "users": _split(user, "--user"),
-        "states": job_queue.parse_states(states) if states else None,
-        "names": _split(name, "--name"),
+        "users": parse_names(user, "--user"),
+        "states": _states(states),
+        "names": parse_names(name, "--name"),
         "nodes": _nodes(nodelist),
     }
     if not job_ids and not any(filters.values()):
-        from typer._click.exceptions import UsageError as Usage  # exit 2, as a missing argument
-
-        raise Usage("give job ids, or choose jobs with -u, -t, --name or -w", ctx)
+        raise UsageError("give job ids, or choose jobs with -u, -t, --name or -w")
+    s = store(ctx)
     chosen = job_queue.matching(s, list(job_ids or []), **filters)
     _each(chosen, lambda j: jobs.act(s, j, "cancel", **args), json_out)
 
@@ -285,7 +371,11 @@ def migrate(
     ctx: typer.Context,
     job_id: JobArg,
     to: Annotated[
-        str | None, typer.Option(help="NODE or NODE:GPU,GPU (default: the scheduler picks).")
+        str | None,
+        typer.Option(
+            help="NODE or NODE:GPU,GPU (default: the scheduler picks).",
+            autocompletion=complete.nodes,
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -301,10 +391,18 @@ def migrate(
 def events_cmd(
     ctx: typer.Context,
     job: Annotated[
-        int | None, typer.Option(min=1, max=INT_MAX, help="Only this job's events.")
+        int | None,
+        typer.Option(
+            min=1, max=INT_MAX, help="Only this job's events.", autocompletion=complete.jobs
+        ),
     ] = None,
-    node: Annotated[str | None, typer.Option(help="Only this node's events.")] = None,
-    since: Annotated[str | None, typer.Option(help="Only the last span, e.g. 30m, 2h, 7d.")] = None,
+    node: Annotated[
+        str | None, typer.Option(help="Only this node's events.", autocompletion=complete.nodes)
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only since then: 30m, 1h30m, 1-00:00:00 ago, 2026-11-01, now-7days."),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option(min=1, max=INT_MAX, help="At most the newest N.")
     ] = None,
@@ -321,9 +419,7 @@ def events_cmd(
 
     if node is not None:
         check_text(node, "--node")
-    start = None
-    if since:
-        start = time.time() - parse_duration(since)
+    start = parse_time(since, time.time(), "--since") if since else None
     s = store(ctx)
     newest = events.list_events(s, limit=1)  # first: what comes after it is new
     rows = events.list_events(s, job_id=job, node=node, since=start, limit=limit)
@@ -403,16 +499,22 @@ def logs(
         bool, typer.Option("--follow", "-f", help="Keep printing output until the container ends.")
     ] = False,
     node: Annotated[
-        str | None, typer.Option(help="The job's container on this node (default: its first).")
+        str | None,
+        typer.Option(
+            help="The job's container on this node (default: its first).",
+            autocompletion=complete.nodes,
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """A job's output, stdout and stderr (docker logs; Slurm's slurm-N.out).
 
-    Read over SSH from the job's container on its node, while the job holds
-    GPUs: the container, and its output, go when the job ends. The output is
-    the job's own bytes, written to stdout as they arrive, not drawn by the
-    renderer; --json gives the last lines as one document instead.
+    Read over SSH from the job's container on its node while the job holds
+    GPUs; after that (ended, suspended, requeued) from the output the daemon
+    kept of each run when it removed its container: a file in the job's
+    directory on its node, else the last lines kept in the store. The output
+    is the job's own bytes, written to stdout as they arrive, not drawn by
+    the renderer; --json gives the last lines as one document instead.
     """
     from gctl.services import logs as service  # the hosts layer loads only for this command
 
@@ -428,3 +530,5 @@ def logs(
         service.stream(store(ctx), job_id, tail=tail, follow=follow, node=node) as out,
     ):
         render.raw(out)
+    for note in out.notes:
+        render.status(f"gctl: note: {note}")

@@ -7,13 +7,16 @@ import sys
 import typer
 
 from gctl import __version__
-from gctl.cli import admin, daemon, datasets, jobs, nodes, render, sim, watch
-from gctl.cli.errors import user_errors
+from gctl.cli import acct, admin, daemon, datasets, jobs, nodes, render, sim, watch
+from gctl.cli.errors import usage_errors, user_errors
+from gctl.cli.manstyle import Root
 
 app = typer.Typer(
+    cls=Root,
     help="Operations toolkit for bare-metal GPU clusters (Gandiva-style scheduling).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help, as a man page has it: no boxes, no cut option names
 )
 app.command("init")(admin.init)
 app.add_typer(admin.app, name="db")
@@ -30,6 +33,7 @@ app.command("hold")(jobs.hold)
 app.command("release")(jobs.release)
 app.command("migrate")(jobs.migrate)
 app.command("events")(jobs.events_cmd)
+app.command("acct")(acct.acct)
 app.command("why")(jobs.why)
 app.command("logs")(jobs.logs)
 app.command("defrag")(jobs.defrag)
@@ -61,9 +65,11 @@ def root(
 def main() -> None:
     """Console entry point: every error is one line on stderr, ``gctl: error: ...``.
 
-    A usage error Typer finds (an unknown option, a value of the wrong type
-    or out of range) exits 2; a user error a command raises exits 1;
-    anything else is a bug and keeps its traceback.
+    A usage error exits 2: one Typer finds (an unknown option, a missing
+    argument, a value of the wrong type or out of range) or one a command
+    finds in what the line names before it does anything
+    (:func:`~gctl.cli.errors.usage_errors`). Any other user error a command
+    raises exits 1; anything else is a bug and keeps its traceback.
     """
     from typer._click import exceptions as usage
 
@@ -83,6 +89,9 @@ def main() -> None:
         render.error("aborted")
         sys.exit(1)
     except Exception as exc:
+        if isinstance(exc, usage_errors()):
+            render.error(str(exc))
+            sys.exit(2)
         if not isinstance(exc, user_errors()):
             raise
         render.error(_one_line(exc))

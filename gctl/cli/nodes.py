@@ -8,20 +8,29 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 
-from gctl.cli import render
+from gctl.cli import complete, render
 from gctl.cli.context import JsonOpt, store
 from gctl.cli.errors import UsageError
 from gctl.config import DEFAULT_WORK_DIR
+from gctl.services.errors import ServiceError
 
 if TYPE_CHECKING:
     from gctl.hosts.ssh import HostKey
 
 app = typer.Typer(help="Register nodes, list them (sinfo-like), drain, down, resume, remove.")
 
+NodeArg = Annotated[
+    str, typer.Argument(help="Node name.", metavar="NODE", autocompletion=complete.nodes)
+]
+NodesArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="Only these nodes.", metavar="NODE", autocompletion=complete.nodes),
+]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (recorded with user, time).")]
 CacheDirOpt = Annotated[
     str | None,
@@ -36,8 +45,12 @@ CacheSizeOpt = Annotated[
 @app.command("add")
 def add(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Node name used everywhere in gctl.")],
-    host: Annotated[str, typer.Option(help="Host name, address or ~/.ssh/config alias.")],
+    name: Annotated[
+        str | None, typer.Argument(help="Node name used everywhere in gctl.", metavar="NODE")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Host name, address or ~/.ssh/config alias.")
+    ] = None,
     port: Annotated[int, typer.Option(help="SSH port.")] = 22,
     user: Annotated[str | None, typer.Option(help="SSH user.")] = None,
     key: Annotated[str | None, typer.Option(help="Path of the SSH private key.")] = None,
@@ -56,16 +69,42 @@ def add(
     ] = None,
     cache_dir: CacheDirOpt = None,
     cache_size: CacheSizeOpt = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            "-f",
+            help="Add every node of a TOML or CSV inventory (host key fingerprints included),"
+            " all or none.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Record a node, once its SSH host key is confirmed.
+    """Record a node, once its SSH host key is confirmed, or every node of an inventory.
 
     Without --host-key-fingerprint, gctl connects, shows the key the host
     presents and asks you to confirm it (on a terminal); anywhere else it
-    stops and tells you the fingerprint to check and pass.
+    stops and tells you the fingerprint to check and pass. An inventory
+    (--file) gives each node's fingerprint; its nodes are recorded together
+    or, if any is bad, none.
     """
     from gctl.services import access, nodes
 
+    if inventory is not None:
+        if name is not None or host is not None:
+            raise UsageError("--file takes every node from the file; give no NODE or --host")
+        from gctl.services.inventory import read_inventory
+
+        st = store(ctx)
+        views = nodes.add_nodes(st, read_inventory(inventory))
+        if json_out:
+            render.emit_json({"nodes": [v.to_dict() for v in views]})
+        else:
+            total = sum(v.gpus_total for v in views)
+            render.message(f"{len(views)} nodes added ({total} GPUs)")
+        return
+    if name is None or host is None:
+        raise UsageError("give NODE and --host (or --file with an inventory)")
     st = store(ctx)
     access.operator_only(st, "gctl node add")  # before the host is ever contacted
     if host_key_fingerprint is None:
@@ -92,34 +131,68 @@ def add(
 
 
 def _confirm_host_key(name: str, where: str, shown: HostKey) -> str:
-    """Show the key node ``name``'s host (at ``where``) presents; its fingerprint once accepted."""
+    """Show the key node ``name``'s host (at ``where``) presents; its fingerprint once accepted.
+
+    Refused (exit 1, not a usage error: the host has been asked) when not on
+    a terminal or when the key is not confirmed.
+    """
     if not sys.stdin.isatty():
-        raise UsageError(
+        raise ServiceError(
             f"{name}: {where} presents {shown.key_type} key {shown.fingerprint}; check it on the"
             f" host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub) and pass"
             f" --host-key-fingerprint {shown.fingerprint}"
         )
     render.message(f"{where} presents a {shown.key_type} host key: {shown.fingerprint}")
     if not typer.confirm("Is this the host's key (checked on the host itself)?", default=False):
-        raise UsageError(f"{name}: host key not confirmed; nothing recorded")
+        raise ServiceError(f"{name}: host key not confirmed; nothing recorded")
     return shown.fingerprint
 
 
 @app.command("ls")
 def ls(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Only these nodes.")] = None,
+    names: NodesArg = None,
     reasons: Annotated[
         bool, typer.Option("-R", "--list-reasons", help="Why nodes are drained or down.")
     ] = False,
+    states: Annotated[
+        str | None,
+        typer.Option(
+            "--states", "-t", help="Only nodes in these states, e.g. idle,mix or drain,down."
+        ),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", "-o", help="sinfo-style fields, e.g. '%N %.6t %b %E'."),
+    ] = None,
+    node_oriented: Annotated[
+        bool,
+        typer.Option("--Node", "-N", help="A line per node (sinfo -N); gctl always lists so."),
+    ] = False,
+    noheader: Annotated[bool, typer.Option("--noheader", "-h", help="No header line.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """List nodes: state (idle/mix/alloc/drng/drain/down, * = not responding), GPUs, height."""
+    """List nodes like sinfo -N: state, GPUs used/total, height, GPU kinds.
+
+    States: idle, mix, alloc, drng (draining), drain, down; * = not responding.
+    """
     from gctl.services import nodes
 
-    views = nodes.list_nodes(store(ctx), names)
+    del node_oriented  # accepted as sinfo takes it: every listing here is a line per node
+    if fmt is not None:
+        try:
+            render.check_node_format(fmt)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        wanted = nodes.parse_node_states(states) if states else None
+    except ServiceError as exc:
+        raise UsageError(str(exc)) from None
+    views = [v for v in nodes.list_nodes(store(ctx), names) if wanted is None or v.state in wanted]
     if json_out:
         render.emit_json([v.to_dict() for v in views if v.reason or not reasons])
+    elif fmt is not None:
+        render.node_lines(views, fmt, header=not noheader)
     elif reasons:
         render.reasons_table(views)
     else:
@@ -129,23 +202,42 @@ def ls(
 @app.command("show")
 def show(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Node name.")],
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            help="Node name (default: every node).", metavar="NODE", autocompletion=complete.nodes
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show one node with its GPUs and the jobs on them."""
+    """Show a node (or every node, as scontrol show node) with its GPUs and the jobs on them."""
     from gctl.services import nodes
 
-    view = nodes.show_node(store(ctx), name)
+    views = (
+        [nodes.show_node(store(ctx), name)]
+        if name is not None
+        else nodes.list_nodes(store(ctx), detail=True)
+    )
     if json_out:
-        render.emit_json(view.to_dict())
-    else:
+        render.emit_json(views[0].to_dict() if name is not None else [v.to_dict() for v in views])
+        return
+    for i, view in enumerate(views):
+        if i:
+            render.message("")
         render.node_detail(view)
 
 
 def _admin(action: str, doc: str) -> None:
     def command(
         ctx: typer.Context,
-        name: Annotated[str, typer.Argument(help="Node name, or a hostlist: gpu[01-08].")],
+        name: Annotated[
+            str,
+            typer.Argument(
+                help="Node name, or a hostlist: gpu[01-08].",
+                metavar="NODES",
+                autocompletion=complete.nodes,
+            ),
+        ],
         reason: ReasonOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
@@ -171,7 +263,7 @@ _admin("resume", "Return down or drained nodes to service (scontrol ... state=re
 @app.command("set")
 def set_cmd(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Node name.")],
+    name: NodeArg,
     cache_dir: CacheDirOpt = None,
     cache_size: CacheSizeOpt = None,
     json_out: JsonOpt = False,
@@ -191,7 +283,7 @@ def set_cmd(
 @app.command("rm")
 def rm(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Node name.")],
+    name: NodeArg,
 ) -> None:
     """Forget a node (refused while jobs hold its GPUs)."""
     from gctl.services import nodes
@@ -203,7 +295,7 @@ def rm(
 @app.command("rekey")
 def rekey(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Node name.")],
+    name: NodeArg,
     host_key_fingerprint: Annotated[
         str | None,
         typer.Option(help="The host's new key's SHA256:... fingerprint (default: scan and ask)."),
@@ -237,7 +329,7 @@ def rekey(
 @app.command("probe")
 def probe_cmd(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Only these nodes.")] = None,
+    names: NodesArg = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Contact nodes now (all at once): SSH, Docker engine and GPU inventory.
@@ -253,7 +345,7 @@ def probe_cmd(
 @app.command("top")
 def top(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Only these nodes.")] = None,
+    names: NodesArg = None,
     json_out: JsonOpt = False,
 ) -> None:
     """GPU use now, per GPU and per job, on every node at once (emulated figures marked).

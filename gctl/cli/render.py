@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gctl.limits import FORMAT_WIDTH_MAX
+from gctl.slurmtime import format_time_limit
 from gctl.textsafe import inert
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from gctl.daemon.intents import Outcome
+    from gctl.services.acct import Total, Usage
     from gctl.services.datasets import DatasetView
     from gctl.services.defrag import Plan
     from gctl.services.events import EventView
@@ -240,8 +242,8 @@ def message(text: str) -> None:
 
 
 def _when(at: float | None) -> str:
-    """Epoch seconds as local time, the way squeue prints times."""
-    return datetime.fromtimestamp(at).strftime("%Y-%m-%dT%H:%M:%S") if at is not None else "-"
+    """Epoch seconds as local time, the way squeue prints times (to the second)."""
+    return datetime.fromtimestamp(int(at)).isoformat() if at is not None else "-"
 
 
 def node_table(nodes: list[NodeView]) -> None:
@@ -412,8 +414,11 @@ def node_detail(n: NodeView) -> None:
     _show(table)
 
 
-QUEUE_FORMAT = "%.8i %.9P %.12j %.10u %.2t %.10M %.4b %R"
-"""The default ``gctl queue`` layout (squeue's, with %b for GPUs and %P for priority)."""
+QUEUE_FORMAT = "%.8i %.8p %.12j %.10u %.2t %.10M %.4b %R"
+"""The default ``gctl queue`` layout: squeue's, with %b for GPUs and %p (priority) where squeue
+has its partition."""
+QUEUE_LONG = "%.8i %.8p %.12j %.10u %.10T %.10M %.10l %.4b %.6D %R"
+"""``gctl queue -l``: squeue's long layout, likewise."""
 
 _FIELD = re.compile(r"%(\.?)([0-9]*)([a-zA-Z%])")
 _ROWS_PER_WRITE = 1000
@@ -456,7 +461,15 @@ _COLUMNS: dict[str, _Column] = {
         for start, end in zip(jobs.start_time, jobs.end_time, strict=True)
     ],
     "b": lambda jobs, now: list(map(str, jobs.gpus)),
-    "P": lambda jobs, now: _inert(jobs.priority),
+    "p": lambda jobs, now: _inert(jobs.priority),
+    "q": lambda jobs, now: _inert(jobs.job_class),
+    "l": lambda jobs, now: list(map(format_time_limit, jobs.time_limit)),
+    "L": lambda jobs, now: [
+        _time_left(limit, start, end or now)
+        for limit, start, end in zip(jobs.time_limit, jobs.start_time, jobs.end_time, strict=True)
+    ],
+    "D": lambda jobs, now: [str(len(n)) for n in jobs.nodes],
+    "e": lambda jobs, now: list(map(_when, jobs.end_time)),
     "N": lambda jobs, now: _inert(map(",".join, jobs.nodes)),
     "R": lambda jobs, now: _inert(map(_reason_or_nodes, jobs.state, jobs.reason, jobs.nodes)),
     "r": lambda jobs, now: _inert(reason or "None" for reason in jobs.reason),
@@ -465,7 +478,7 @@ _COLUMNS: dict[str, _Column] = {
 }
 
 
-QUEUE_CODES = "ijutTMbPNRrVS"
+QUEUE_CODES = "ijutTMbpqlLDNRrVSe"
 _HEADERS = {
     "i": "JOBID",
     "j": "NAME",
@@ -474,17 +487,39 @@ _HEADERS = {
     "T": "STATE",
     "M": "TIME",
     "b": "GPUS",
-    "P": "PRIORITY",
+    "p": "PRIORITY",
+    "q": "CLASS",
+    "l": "TIME_LIMIT",
+    "L": "TIME_LEFT",
+    "D": "NODES",
+    "e": "END_TIME",
     "N": "NODELIST",
     "R": "NODELIST(REASON)",
     "r": "REASON",
     "V": "SUBMIT_TIME",
     "S": "START_TIME",
 }
+_NOT_GCTLS = {
+    "P": "%P is Slurm's partition, and gctl has none (%p is the priority, %q the job class)",
+}
+"""squeue field codes gctl leaves alone because it has nothing that means the same."""
+
+
+def _time_left(limit: float | None, start: float | None, until: float) -> str:
+    """Time left (squeue's %L): the limit less the time since the job started, or UNLIMITED."""
+    if limit is None:
+        return "UNLIMITED"
+    used = 0.0 if start is None else until - start
+    return format_time_limit(max(limit - used, 0.0))
 
 
 def check_queue_format(fmt: str) -> None:
-    """Refuse a ``--format`` with a field code ``gctl queue`` does not know, or too wide.
+    """Refuse a ``--format`` with a field code ``gctl queue`` does not know, or too wide."""
+    _check_format(fmt, QUEUE_CODES, _NOT_GCTLS)
+
+
+def _check_format(fmt: str, known: str, not_gctls: dict[str, str]) -> None:
+    """Refuse a squeue/sinfo-style format with a field code not in ``known``, or too wide.
 
     The format, and the width of each field, are at most
     :data:`~gctl.limits.FORMAT_WIDTH_MAX` characters.
@@ -492,10 +527,12 @@ def check_queue_format(fmt: str) -> None:
     if len(fmt) > FORMAT_WIDTH_MAX:
         raise ValueError(f"--format: more than {FORMAT_WIDTH_MAX} characters")
     for m in _FIELD.finditer(fmt):
-        if m.group(3) not in QUEUE_CODES + "%":
+        if m.group(3) in not_gctls:
+            raise ValueError(f"--format: {not_gctls[m.group(3)]}")
+        if m.group(3) not in known + "%":
             raise ValueError(
                 f"--format: unknown field %{inert(m.group(3))} (known: "
-                + " ".join(f"%{c}" for c in QUEUE_CODES)
+                + " ".join(f"%{c}" for c in known)
                 + ")"
             )
         if m.group(2) and int(m.group(2)) > FORMAT_WIDTH_MAX:
@@ -503,6 +540,45 @@ def check_queue_format(fmt: str) -> None:
                 f"--format: %{m.group(1)}{m.group(2)}{m.group(3)} is wider than"
                 f" {FORMAT_WIDTH_MAX} characters"
             )
+
+
+_LONG_STATES = {
+    "idle": "idle",
+    "mix": "mixed",
+    "alloc": "allocated",
+    "drng": "draining",
+    "drain": "drained",
+    "down": "down",
+}
+"""Node states as ``sinfo``'s %T writes them."""
+_NODE_FIELDS: dict[str, tuple[str, Callable[[NodeView], str]]] = {
+    "N": ("NODELIST", lambda n: n.name),
+    "n": ("HOSTNAMES", lambda n: n.host),
+    "o": ("NODE_ADDR", lambda n: f"{n.host}:{n.port}"),
+    "t": ("STATE", lambda n: n.state_flag),
+    "T": ("STATE", lambda n: _LONG_STATES.get(n.state, n.state) + n.state_flag[len(n.state) :]),
+    "G": ("GRES", lambda n: n.gpu_kinds + (" (emulated)" if n.emulated else "")),
+    "b": ("GPUS", lambda n: f"{n.gpus_used}/{n.gpus_total}"),
+    "E": ("REASON", lambda n: n.reason or "none"),
+    "U": ("USER", lambda n: n.reason_user or "-"),
+    "H": ("TIMESTAMP", lambda n: _when(n.reason_time)),
+}
+"""``gctl node ls -o`` field codes: sinfo's, with %b for GPUs used/total."""
+NODE_CODES = "".join(_NODE_FIELDS)
+
+
+def check_node_format(fmt: str) -> None:
+    """Refuse a ``node ls --format`` with a field code it does not know, or too wide."""
+    _check_format(fmt, NODE_CODES, {"P": "%P is Slurm's partition, and gctl has none"})
+
+
+def node_lines(nodes: list[NodeView], fmt: str, *, header: bool) -> None:
+    """``gctl node ls -o``: a line per node laid out by a sinfo-style format."""
+    template, codes = _queue_template(fmt)
+    if header:
+        message((template % tuple(_NODE_FIELDS[c][0] for c in codes)).rstrip())
+    for n in nodes:
+        message((template % tuple(inert(_NODE_FIELDS[c][1](n)) for c in codes)).rstrip())
 
 
 def queue(jobs: JobColumns, fmt: str, *, header: bool) -> None:
@@ -604,6 +680,8 @@ def job_detail(d: JobDetail) -> None:
     message(f"   Priority={v.priority} GPUs={v.gpus} Nodes={','.join(v.nodes) or '(none)'}")
     message(f"   SubmitTime={_when(v.submit_time)} StartTime={_when(v.start_time)}")
     rt = d.runtime
+    limit = format_time_limit(d.spec["time_limit"])
+    message(f"   RunTime={format_time_limit(rt['run_time'])} TimeLimit={limit}")
     how = _MECHANISM_WORDS.get(rt["mechanism"], "not started yet")
     message(f"   Mechanism={rt['mechanism'] or '(none)'} ({how})")
     message(f"   Attempt={rt['attempt']} Restarts={rt['restarts']}")
@@ -676,6 +754,10 @@ MECHANISMS = {
 def why(w: Why) -> None:
     """``gctl why``: the answer on the first line, then what is under way and recent decisions."""
     message(_why_answer(w))
+    if not w.daemon and (w.state == "PENDING" or w.pending_intents):
+        from gctl.daemon import NO_DAEMON  # only here: completion must not load the daemon
+
+        message(f"note: {NO_DAEMON}")
     if w.operation:
         message(f"operation in progress: {_operation(w.operation)}")
     if w.pending_intents:
@@ -731,3 +813,99 @@ def _gpu_list(gpus: Iterable[tuple[str, int]]) -> str:
     for node, index in gpus:
         by_node.setdefault(node, []).append(str(index))
     return " ".join(f"{node}:{','.join(indices)}" for node, indices in by_node.items())
+
+
+def _columns(headers: tuple[str, ...], columns: list[list[str]], right: frozenset[int]) -> None:
+    """Plain columns under ``headers``, as wide as their widest cell (``right``: aligned right).
+
+    Filled row by row from whole columns of already inert text, a chunk of
+    rows per write: 100,000 rows print in a fraction of a second.
+    """
+    widths = [
+        max(len(h), max(map(len, col), default=0)) for h, col in zip(headers, columns, strict=True)
+    ]
+    template = "  ".join(f"%{'' if i in right else '-'}{w}s" for i, w in enumerate(widths))
+    sys.stdout.write((template % headers).rstrip() + "\n")
+    rows = iter(zip(*columns, strict=True))
+    while chunk := list(itertools.islice(rows, _ROWS_PER_WRITE)):
+        sys.stdout.write("\n".join([(template % row).rstrip() for row in chunk]) + "\n")
+
+
+def _csv(docs: Iterable[dict[str, Any]], keys: tuple[str, ...]) -> None:
+    """Rows of JSON forms as CSV with a header of ``keys``: times ISO 8601, text inert."""
+    import csv
+
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(keys)
+    for doc in docs:
+        writer.writerow(
+            [
+                v.isoformat() if isinstance(v, datetime) else inert(v) if isinstance(v, str) else v
+                for v in map(doc.get, keys)
+            ]
+        )
+
+
+ACCT_CSV = (
+    "id",
+    "name",
+    "user",
+    "state",
+    "exit_code",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "elapsed_s",
+    "gpus",
+    "gpu_hours",
+    "nodes",
+)
+"""``gctl acct --csv``'s columns: keys of the JSON form, in order."""
+
+
+def acct(rows: list[Usage], *, csv: bool) -> None:
+    """``gctl acct``: finished jobs as sacct lists them, oldest end first (or as CSV)."""
+    if csv:
+        _csv((r.to_dict() for r in rows), ACCT_CSV)
+        return
+    headers = (
+        "JOBID",
+        "NAME",
+        "USER",
+        "STATE",
+        "EXITCODE",
+        "START",
+        "END",
+        "ELAPSED",
+        "GPUS",
+        "GPU_HOURS",
+        "NODELIST",
+    )
+    columns = [
+        [str(r.id) for r in rows],
+        _inert(r.name for r in rows),
+        _inert(r.user for r in rows),
+        [r.state for r in rows],
+        ["-" if r.exit_code is None else str(r.exit_code) for r in rows],
+        [_when(r.start_time) for r in rows],
+        [_when(r.end_time) for r in rows],
+        [_elapsed(0.0, r.elapsed) for r in rows],
+        [str(r.gpus) for r in rows],
+        [f"{r.gpu_hours:.2f}" for r in rows],
+        _inert(r.nodes or "(none)" for r in rows),
+    ]
+    _columns(headers, columns, frozenset({0, 4, 7, 8, 9}))
+
+
+def acct_summary(totals: list[Total], *, csv: bool) -> None:
+    """``gctl acct --summary``: jobs and GPU-hours per user and month, as sreport (or as CSV)."""
+    if csv:
+        _csv((t.to_dict() for t in totals), ("user", "month", "jobs", "gpu_hours"))
+        return
+    columns = [
+        _inert(t.user for t in totals),
+        [t.month for t in totals],
+        [str(t.jobs) for t in totals],
+        [f"{t.gpu_hours:.2f}" for t in totals],
+    ]
+    _columns(("USER", "MONTH", "JOBS", "GPU_HOURS"), columns, frozenset({2, 3}))

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gctl.cli import render
+from gctl.cli import complete, render
 from gctl.cli.context import JsonOpt
 from gctl.cli.parse import parse_options, parse_window
 from gctl.limits import INT_MAX, PERIOD_MAX, TEXT_MAX, check_text, shown
@@ -25,12 +25,15 @@ def run_cmd(
     cluster: Annotated[
         str, typer.Option(help="NODESxGPUS[:TYPE-MEM] (e.g. 12x8, 4x8:A100-80GB) or a TOML file.")
     ] = "12x8",
-    policy: Annotated[str, typer.Option(help="Policy to evaluate.")] = "gandiva",
+    policy: Annotated[
+        str, typer.Option(help="Policy to evaluate.", autocompletion=complete.policies)
+    ] = "gandiva",
     compare: Annotated[
         str | None,
         typer.Option(
             help="Baseline policies run on the same jobs, comma-separated (e.g. fifo,las);"
-            " '' for none."
+            " '' for none.",
+            autocompletion=complete.policies,
         ),
     ] = "fifo",
     option: Annotated[
@@ -95,7 +98,9 @@ def run_cmd(
     ] = True,
     cache_size: Annotated[
         float,
-        typer.Option(min=0.0, max=1e6, help="GB each node's dataset cache holds (LRU)."),
+        typer.Option(
+            min=0.0, max=1e6, metavar="GB", help="GB each node's dataset cache holds (LRU)."
+        ),
     ] = 2000.0,
     tick: Annotated[
         float, typer.Option(min=1.0, max=PERIOD_MAX, help="Seconds between introspective passes.")

@@ -6,13 +6,11 @@ entry-point group, so a plugin is installed and chosen exactly like a built-in.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from gctl.core.decisions import Decision
 from gctl.core.state import ClusterState
-
-ENTRY_POINT_GROUP = "gctl.policies"
+from gctl.registry import POLICY_GROUP, registered, registered_object
 
 
 @runtime_checkable
@@ -60,25 +58,14 @@ class PolicyOptionError(ValueError):
     """An option the policy does not have, or a value it cannot take."""
 
 
-def registered(group: str) -> list[str]:
-    """Names registered in an entry-point group (policies, trainers), sorted."""
-    return sorted(ep.name for ep in entry_points(group=group))
-
-
-def registered_object(group: str, name: str) -> Any | None:
-    """What an entry-point group registers under ``name``, loaded; None when nothing is."""
-    matches = [ep for ep in entry_points(group=group) if ep.name == name]
-    return matches[0].load() if matches else None
-
-
 def available_policies() -> list[str]:
     """Names of every registered policy, sorted."""
-    return registered(ENTRY_POINT_GROUP)
+    return registered(POLICY_GROUP)
 
 
 def load_policy(name: str, **options: Any) -> Policy:
     """Instantiate the policy registered under ``name`` with ``options``."""
-    factory = registered_object(ENTRY_POINT_GROUP, name)
+    factory = registered_object(POLICY_GROUP, name)
     if factory is None:
         known = ", ".join(available_policies()) or "none"
         raise UnknownPolicyError(f"unknown policy {name!r} (registered: {known})")

@@ -42,7 +42,6 @@ from sqlalchemy import (
     Insert,
     Update,
     bindparam,
-    delete,
     func,
     insert,
     literal_column,
@@ -73,6 +72,7 @@ from gctl.gcpause import gc_paused
 from gctl.hosts.ssh import HostError
 from gctl.services import events
 from gctl.services.jobs import set_state
+from gctl.store.allocations import release
 from gctl.store.engine import transaction
 from gctl.store.models import (
     AllocationRow,
@@ -481,7 +481,7 @@ class Applier:
                     jobs=[row.id],
                     gpus=d.gpus,
                 )
-                s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
+                release(s, row.id, now())
                 startfail.record(s, row, why, permanent=permanent, at=now())
             events.record(s, "job.error", f"job {row.id}: {why}", job_id=row.id)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gctl.daemon import jobfiles
@@ -43,8 +43,9 @@ from gctl.hosts.engine import ContainerState
 from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.services.queue import ON_GPUS
+from gctl.store.allocations import release
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, NodeRow
+from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, NodeRow, now
 from gctl.store.snapshot import MECHANISM_CHECKPOINT
 
 MAX_STALLS = 3
@@ -218,7 +219,7 @@ def _signalled(s: Session, job_id: int, attempt: int) -> bool:
 
 def _end(s: Session, row: JobRow, ending: Ending, step: int | None) -> None:
     """Record one ending in the caller's transaction."""
-    s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
+    release(s, row.id, now())
     row.exit_code = ending.exit_code
     if not ending.interrupted:
         set_state(s, row, ending.state, ending.why)
@@ -247,4 +248,4 @@ def _remove(site: Site, found: list[tuple[str, ContainerState]]) -> None:
         rows = {r.name: r for r in s.scalars(select(NodeRow))}
     for node, c in found:
         if node in rows:
-            site.engine(rows[node]).remove(c.id)
+            site.remove(rows[node], c)

@@ -26,8 +26,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from sqlalchemy import delete
-
 from gctl.daemon import DAEMON_USER
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site, job_nodes
@@ -35,8 +33,9 @@ from gctl.daemon.watch import Observation
 from gctl.services import events
 from gctl.services.jobs import set_state
 from gctl.services.queue import ON_GPUS
+from gctl.store.allocations import release
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, JobRow
+from gctl.store.models import JobRow, now
 
 DEFAULT_GRACE = 2.0
 """Seconds a job may stay above its GPU memory limit before it is stopped."""
@@ -118,7 +117,7 @@ def stop(site: Site, due: Iterable[Excess], inflight: Inflight) -> list[int]:
             if row.attempt != excess.attempt:
                 continue
             nodes = job_nodes(s, row.id)
-            s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
+            release(s, row.id, now())
             set_state(s, row, "FAILED", excess.reason)
             data = {
                 "attempt": excess.attempt,

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gctl.config import site_policy
@@ -40,8 +40,9 @@ from gctl.services import events
 from gctl.services.db import Store
 from gctl.services.jobs import set_state
 from gctl.services.queue import FINISHED
+from gctl.store.allocations import release
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, IntentRow, JobRow, now
+from gctl.store.models import IntentRow, JobRow, now
 from gctl.store.snapshot import MECHANISM_CHECKPOINT, read
 
 
@@ -215,7 +216,7 @@ def _cancel(site: Site, s: Session, row: JobRow, args: dict[str, object], user: 
             return f"signal {signal} sent"
 
         return send
-    s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
+    release(s, row.id, now())
     row.held = False
     set_state(s, row, "CANCELLED", f"cancelled by {user}")
     site.mirror.drop(row.id)

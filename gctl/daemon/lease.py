@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable
 
 from sqlalchemy import Connection, select
+from sqlalchemy.orm import Session
 
 from gctl.services.db import Store
 from gctl.services.errors import ServiceError
@@ -66,6 +67,20 @@ def _alive_here(holder: str, pid: int) -> bool:
     return True
 
 
+def held(s: Session, at: float, lease: float = DEFAULT_LEASE) -> bool:
+    """Whether a daemon holds the store at ``at``: it renewed the lease within ``lease`` seconds.
+
+    What commands that leave work to the daemon check, to say when none will
+    do it. A holder on this host whose process is gone holds nothing.
+    """
+    row = s.get(DaemonLeaseRow, 1)
+    return row is not None and _holds(row, at, lease)
+
+
+def _holds(row: DaemonLeaseRow, at: float, lease: float) -> bool:
+    return bool(row.holder) and at - row.heartbeat_at < lease and _alive_here(row.holder, row.pid)
+
+
 def acquire(store: Store, *, lease: float = DEFAULT_LEASE) -> int:
     """Take the lease for this process and return its new epoch, or raise :class:`LeaseHeld`."""
     holder, at = me(), now()
@@ -73,7 +88,7 @@ def acquire(store: Store, *, lease: float = DEFAULT_LEASE) -> int:
         row = s.get(DaemonLeaseRow, 1)
         if row is not None and row.holder and row.holder != holder:
             age = at - row.heartbeat_at
-            if age < lease and _alive_here(row.holder, row.pid):
+            if _holds(row, at, lease):
                 raise LeaseHeld(
                     f"another gctl daemon holds this store: {row.holder}"
                     f" (last heartbeat {age:.0f}s ago; it is free {lease - age:.0f}s after"

@@ -50,13 +50,24 @@ from gctl.config import site_policy
 from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
 from gctl.core.tgs import RateControl
-from gctl.daemon import dcgm, ends, gpumem, intents, jobfiles, lease, passes
+from gctl.daemon import (
+    dcgm,
+    ends,
+    gpumem,
+    intents,
+    jobfiles,
+    lease,
+    output,
+    passes,
+    timelimits,
+)
 from gctl.daemon.batching import Balancer, BatchOptions
 from gctl.daemon.gpumem import MemoryGuard
 from gctl.daemon.health import Heartbeat
 from gctl.daemon.inflight import Inflight, Work
 from gctl.daemon.jobfiles import mirror_dir
 from gctl.daemon.metrics import DaemonMetrics
+from gctl.daemon.output import OutputOptions
 from gctl.daemon.reconcile import reconcile
 from gctl.daemon.site import DEFAULT_GRACE, Site
 from gctl.daemon.throttles import Pair, Throttles
@@ -71,6 +82,9 @@ from gctl.store.health import StoreBroken, StoreHealth
 from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, NodeRow, now
 
 log = logging.getLogger("gctl.daemon")
+
+PRUNE_EVERY = 3600.0
+"""Seconds between two passes forgetting the kept output of jobs that ended long ago."""
 
 Held = tuple[int, int, str, str, str, Any, int]
 """A job on GPUs, per GPU: id, attempt, node, class, state, operation, GPU id."""
@@ -114,6 +128,8 @@ class DaemonConfig:
     (a guest's piece of GPU work may or may not fall in a production job's window), so a miss
     is confirmed by a second sample."""
     batching: BatchOptions = field(default_factory=BatchOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
+    """How much of each removed job container's output is kept, on its node and in the store."""
     """Bounds of a data-parallel job's batch profile, and the least gain worth a new split."""
 
     def __post_init__(self) -> None:
@@ -186,7 +202,15 @@ class Daemon:
             raise
         pool = Pool()
         inflight = Inflight()
-        site = Site(store, pool, cfg.mirror_dir, cfg.grace, epoch=epoch, policy=site_policy())
+        site = Site(
+            store,
+            pool,
+            cfg.mirror_dir,
+            cfg.grace,
+            epoch=epoch,
+            policy=site_policy(),
+            output=cfg.output,
+        )
         watch = Watch(
             site,
             inflight,
@@ -245,6 +269,7 @@ class _Loop:
             "reconcile": at + self.cfg.reconcile_every,
             "introspect": at + self.cfg.introspect_every,
             "dcgm": at,
+            "prune": at + PRUNE_EVERY,
         }
         self._dcgm: Work | None = None
         self._nodes: dict[str, NodeRow] = {}
@@ -274,6 +299,7 @@ class _Loop:
         if any(o.full and o.error is None for o in seen):
             _step("profile", lambda: passes.record_profiles(site, seen, watch.samples))
         _step("ends", lambda: ends.settle(site, watch.latest, self.inflight))
+        _step("time-limits", self._time_limits)
         self.inflight.collect()
         if at >= self.due["reconcile"]:
             self.due["reconcile"] = at + cfg.reconcile_every
@@ -299,6 +325,13 @@ class _Loop:
                 ),
             )
             _step("balance", self._balance)
+        keep = cfg.output.keep_days
+        if keep > 0 and at >= self.due["prune"]:
+            self.due["prune"] = at + PRUNE_EVERY
+            self.inflight.submit(
+                "forgetting old jobs' kept output",
+                partial(output.prune, site.pool, site.store, site.store_id, at - keep * 86400),
+            )
         idle = self._dcgm is None or self._dcgm.future.done()
         if cfg.dcgm_dir and at >= self.due["dcgm"] and idle:
             self.due["dcgm"] = at + cfg.heartbeat_every
@@ -306,6 +339,12 @@ class _Loop:
             self._dcgm = self.inflight.submit(
                 "dcgm job mapping", lambda: dcgm.sync(site.store, site.pool, directory)
             )
+
+    def _time_limits(self) -> None:
+        """Stop the running jobs past their ``--time`` (:mod:`gctl.daemon.timelimits`)."""
+        due = timelimits.expired(self.site, now(), self.inflight.busy_jobs)
+        if due:
+            timelimits.stop(self.site, due, self.inflight)
 
     def _balance(self) -> None:
         """Profile and split the batches of data-parallel jobs (:mod:`gctl.daemon.batching`)."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from gctl.core.model import GpuRef
@@ -47,6 +47,7 @@ from gctl.daemon.site import Launch, Site, job_gpus, share_gpus
 from gctl.hosts.ssh import HostError
 from gctl.services import events
 from gctl.services.jobs import set_state
+from gctl.store.allocations import close, release
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
 
@@ -79,6 +80,7 @@ def begin(
 ) -> None:
     """Record the move on the job and switch its allocations to ``dst`` (step 1)."""
     src = job_gpus(s, row.id)
+    at = now()
     row.op = {
         "kind": kind,
         "src": [list(g) for g in src],
@@ -86,16 +88,15 @@ def begin(
         "attempt": row.attempt,
         "reason": reason,
         "hold": hold,
-        "at": now(),
+        "at": at,
     }
     row.reason = reason
     if kind == "slice":  # it keeps its GPUs and their mode; it goes to the end of the turns
-        s.execute(update(AllocationRow).where(AllocationRow.job_id == row.id).values(since=now()))
+        close(s, row.id, at)
     else:
-        s.execute(delete(AllocationRow).where(AllocationRow.job_id == row.id))
+        release(s, row.id, at)
     if dst and kind != "slice":
         ids = _gpu_ids(s, dst)
-        at = now()
         s.add_all(AllocationRow(job_id=row.id, gpu_id=i, mode=mode, since=at) for i in ids)
         s.flush()
         share_gpus(s.connection(), ids, mode)
@@ -187,7 +188,7 @@ def _completed(site: Site, job_id: int) -> str:
         assert row is not None
         row.op = None
         row.exit_code = 0
-        s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
+        release(s, job_id, now())
         set_state(s, row, "COMPLETED", "exit 0 (finished while being moved)")
         events.record(s, "job.end", f"job {job_id} completed: exit 0", job_id=job_id)
     site.mirror.drop(job_id)
@@ -229,7 +230,7 @@ def _requeue_instead(site: Site, job_id: int, op: dict[str, Any], why: str) -> s
     with transaction(site.store.engine, write=True) as s:
         row = s.get(JobRow, job_id)
         assert row is not None
-        s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
+        release(s, job_id, now())
         row.op = None
         # Past the attempt that may have started on some target nodes: reconcile removes those.
         row.attempt = int(op["attempt"]) + 2

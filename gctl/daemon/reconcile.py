@@ -151,7 +151,7 @@ def _remove(site: Site, inflight: Inflight, node: NodeRow, c: ContainerState, ou
     """Remove a container the store does not account for (forced: a running one is killed)."""
     inflight.submit(
         f"removing stale container {c.name} on {node.name}",
-        lambda: site.engine(node).remove(c.id),
+        lambda: site.remove(node, c),
         jobs=[c.job_id] if c.job_id is not None else [],
         gpus=_gpus(node, c),
     )

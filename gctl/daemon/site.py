@@ -19,10 +19,11 @@ from sqlalchemy.orm import Session
 
 from gctl.config import SitePolicy
 from gctl.core.model import GpuRef
-from gctl.daemon import jobfiles
+from gctl.daemon import jobfiles, output
 from gctl.daemon.datafill import Fills
 from gctl.daemon.interference import Learned
 from gctl.daemon.jobfiles import Mirror
+from gctl.daemon.output import OutputOptions
 from gctl.hosts.engine import ContainerSpec, ContainerState, Engine
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
@@ -101,6 +102,7 @@ class Site:
         *,
         epoch: int = 0,
         policy: SitePolicy | None = None,
+        output: OutputOptions | None = None,
     ):
         self.store = store
         self.pool = pool
@@ -109,6 +111,8 @@ class Site:
         self.mirror = Mirror(mirror_root / self.store_id)
         self.grace = grace
         self.epoch = epoch
+        self.output = output or OutputOptions()
+        """How much of each removed container's output is kept (:mod:`gctl.daemon.output`)."""
         self.learned = Learned()
         """Interference predicted from the co-runs measured so far."""
         self.done: dict[int, float] = {}
@@ -259,7 +263,7 @@ class Site:
                         engine.stop(c.id, grace=int(self.grace))
                     ended = engine.state(c.id)
                     out.exit_codes.append(ended.exit_code if ended.exit_code is not None else -1)
-                    engine.remove(c.id)
+                    self.remove(node, ended)
             except HostError:
                 out.unreachable.append(node.name)
         return out
@@ -271,10 +275,23 @@ class Site:
             try:
                 engine = self.engine(node)
                 for c in engine.owned(job_id):
-                    engine.remove(c.id)  # forced: a running one is killed first
+                    if c.paused:
+                        engine.unpause(c.id)
+                    if c.running:
+                        engine.stop(c.id, grace=0)  # killed; its output is read once it ended
+                    self.remove(node, c)
             except HostError:
                 missed.append(node.name)
         return missed
+
+    def remove(self, node: NodeRow, c: ContainerState) -> None:
+        """Remove one of the store's containers from ``node``, keeping its output first.
+
+        Forced: a container still running is killed. Its output is saved
+        on the node and its tail in the store (:func:`gctl.daemon.output.keep`).
+        """
+        output.keep(self.pool, self.store, self.store_id, node, c, self.output)
+        self.engine(node).remove(c.id)
 
 
 def job_nodes(s: Session, job_id: int) -> list[NodeRow]:

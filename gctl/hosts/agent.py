@@ -49,6 +49,14 @@ and a JSON answer on stdout:
     its job directory, atomically, owned like the directory. The directory
     is the job's user's: the temporary file is created exclusively and never
     through a link the user left there.
+``keep-output``
+    Saves a container's output before it is removed: ``docker logs`` into a
+    file of its job directory (the last ``max_bytes`` of it), written as
+    ``split-set`` writes; answers the file's path, the output's size and
+    its last lines.
+``forget-jobs``
+    Removes the job directories of jobs that ended long ago (the daemon's
+    ``--output-keep``), kept output and checkpoints with them.
 ``observe`` also carries the throttle settings of the node's opportunistic
 jobs (``throttles``: ``throttle-set`` requests, or ``{"dir", "stop": true}``
 to remove one), so that a control step costs no extra round trip.
@@ -56,6 +64,7 @@ to remove one), so that a control step costs no extra round trip.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import json
 import os
@@ -398,19 +407,97 @@ def throttle_set(request: dict[str, Any]) -> dict[str, Any]:
 
 def split_set(request: dict[str, Any]) -> dict[str, Any]:
     """The ``split-set`` mode: ``split.json`` in the job directory ``dir``; its version."""
-    job_dir = str(request["dir"])
     split = request["split"]
     data = json.dumps({"version": int(split["version"]), "plan": split["plan"]}).encode()
+    _write_owned(str(request["dir"]), "split.json", [data])
+    return {"version": int(split["version"])}
+
+
+def _write_owned(job_dir: str, name: str, chunks: list[bytes]) -> None:
+    """Replace ``name`` in the job's directory with ``chunks``, owned as the directory is.
+
+    The directory is the job's user's: the temporary file is created
+    exclusively and never through a link the user left there, and the
+    rename replaces a link named ``name`` rather than following it.
+    """
     st = os.stat(job_dir, follow_symlinks=False)
-    tmp = os.path.join(job_dir, f".split.{os.getpid()}.{time.time_ns()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    tmp = os.path.join(job_dir, f".{name}.{os.getpid()}.{time.time_ns()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, data)
+        for chunk in chunks:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
         os.fchown(fd, st.st_uid, st.st_gid)
     finally:
         os.close(fd)
-    os.replace(tmp, os.path.join(job_dir, "split.json"))
-    return {"version": int(split["version"])}
+    os.replace(tmp, os.path.join(job_dir, name))
+
+
+def forget_jobs(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``forget-jobs`` mode: remove the job directories of ``jobs`` under ``base``.
+
+    ``base`` is the store's ``jobs`` directory (the daemon's); each job's
+    directory in it is removed whole, never through a link.
+    """
+    base = str(request["base"])
+    removed = []
+    for job_id in request.get("jobs") or []:
+        path = os.path.join(base, str(int(job_id)))
+        if os.path.islink(path) or os.path.isfile(path):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            continue
+        removed.append(int(job_id))
+    return {"removed": removed}
+
+
+def keep_output(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``keep-output`` mode: a container's output saved as a file of its job directory.
+
+    Reads ``docker logs`` of ``container`` (stdout and stderr in the order
+    the engine gives them) and keeps its last ``max_bytes`` in ``name``
+    under ``dir`` (a first line says how much was dropped); answers the
+    file's path, the output's whole size, and its last ``tail_lines`` lines
+    (at most ``tail_bytes``) for the store.
+    """
+    docker = [str(a) for a in request.get("docker") or ["docker"]]
+    most = int(request["max_bytes"])
+    proc = subprocess.Popen(
+        [*docker, "logs", str(request["container"])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    kept: collections.deque[bytes] = collections.deque()
+    size = held = 0
+    out = proc.stdout
+    assert out is not None
+    for chunk in iter(lambda: out.read(1 << 16), b""):
+        kept.append(chunk)
+        size += len(chunk)
+        held += len(chunk)
+        while held - len(kept[0]) >= most:
+            held -= len(kept.popleft())
+    if proc.wait() != 0:
+        text = b"".join(kept).decode("utf-8", "replace").strip().splitlines()
+        raise RuntimeError(f"docker logs: {text[-1] if text else 'failed'}")
+    data = b"".join(kept)[-most:] if most > 0 else b""
+    dropped = size - len(data)
+    head = (
+        [f"[gctl: the first {dropped} bytes of output were not kept]\n".encode()] if dropped else []
+    )
+    _write_owned(str(request["dir"]), str(request["name"]), [*head, data])
+    tail_bytes = int(request.get("tail_bytes", 65536))
+    lines = data[-tail_bytes:].decode("utf-8", "replace").splitlines()
+    tail = lines[-int(request.get("tail_lines", 100)) :] if lines else []
+    return {
+        "path": os.path.join(str(request["dir"]), str(request["name"])),
+        "bytes": size,
+        "tail": "\n".join(tail),
+    }
 
 
 MIN_THAW = 0.01
@@ -524,6 +611,8 @@ def main(argv: list[str]) -> int:
         "standdown": standdown,
         "throttle-set": throttle_set,
         "split-set": split_set,
+        "keep-output": keep_output,
+        "forget-jobs": forget_jobs,
     }
     if mode not in modes:
         print(f"usage: {argv[0]} {'|'.join(modes)} < request.json", file=sys.stderr)

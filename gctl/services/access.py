@@ -29,6 +29,7 @@ from gctl.hosts.mounts import Mount
 from gctl.identity import Who, who
 from gctl.services.db import Store
 from gctl.services.errors import ServiceError
+from gctl.slurmtime import format_time_limit
 
 NEVER_BOUND = (
     "/proc",
@@ -130,6 +131,26 @@ def check_requests(
         raise Forbidden(
             f"{me.name} may ask for {limits.max_gpus} GPUs at once; with these, {total}"
         )
+
+
+def time_limit(me: Who, policy: SitePolicy, asked: float | None, *, given: bool) -> float | None:
+    """The time limit a new job gets: ``asked`` (``--time``, when ``given``), else the default.
+
+    A job without ``--time`` gets the caller's ``default_time``, else their
+    ``max_time``; one asking for more than ``max_time`` (or for no limit
+    where there is one) is refused, as ``sbatch`` refuses it. Operators may
+    ask for any limit.
+    """
+    limits = policy.limits_for(me.name)
+    if not given:
+        return limits.default_time if limits.default_time is not None else limits.max_time
+    most = limits.max_time
+    if most is not None and not me.operator and (asked is None or asked > most):
+        raise Forbidden(
+            f"--time {format_time_limit(asked)}: {me.name} may ask for"
+            f" {format_time_limit(most)} at most"
+        )
+    return asked
 
 
 def container_user(user: str, uid: int | None, gid: int | None, policy: SitePolicy) -> str:

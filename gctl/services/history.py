@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from itertools import groupby, pairwise
+from itertools import groupby
 
 from sqlalchemy import Engine, select
 
@@ -11,16 +11,7 @@ from gctl.core.model import Cluster, JobSpec, Priority
 from gctl.sim.workload import TraceJob
 from gctl.store.engine import transaction
 from gctl.store.models import JobRow, JobStateRow
-from gctl.store.snapshot import RUNNING_STATES, read
-
-
-def run_time(history: list[tuple[str, float]]) -> float:
-    """Seconds a job spent running, from its state history ``(state, entered at)`` in order."""
-    total = 0.0
-    for (state, at), (_, until) in pairwise(history):
-        if state in RUNNING_STATES:
-            total += max(until - at, 0.0)
-    return total
+from gctl.store.snapshot import read, run_time
 
 
 def history_workload(engine: Engine) -> tuple[Cluster, list[TraceJob]]:

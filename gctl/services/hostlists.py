@@ -1,6 +1,6 @@
-"""Slurm hostlist expressions for node names: ``gpu[01-08]``, ``gpu[01-03,07],cpu1``.
+"""Slurm hostlist expressions for node names: ``gpu[01-08]``, ``gpu[01-03,07],cpu1``, both ways.
 
-Expanded by python-hostlist (the library Slurm sites use in Python). An
+Expanded and collected by python-hostlist (the library Slurm sites use in Python). An
 expression that would name more than :data:`MOST` nodes is refused before
 it is expanded, so a typo such as ``n[0-99999999]`` costs nothing.
 """
@@ -52,3 +52,8 @@ def expand(texts: Iterable[str]) -> list[str]:
         if len(names) > MOST:
             raise ServiceError(f"node lists name more than {MOST} nodes")
     return list(names)
+
+
+def collect(names: Iterable[str]) -> str:
+    """Node names as one hostlist expression, as Slurm prints a job's nodes (``gpu[01-03,07]``)."""
+    return str(hostlist.collect_hostlist(list(names)))

@@ -9,6 +9,7 @@ in :mod:`gctl.services.queue`, which needs no ORM.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
+from gctl.daemon import NO_DAEMON, lease
 from gctl.identity import Who
 from gctl.services import access, events
 from gctl.services.db import Store
@@ -24,6 +26,7 @@ from gctl.services.queue import FINISHED, JobColumns
 from gctl.services.specs import JobRequest, dataset_entry
 from gctl.store.engine import transaction
 from gctl.store.models import (
+    AllocationHistoryRow,
     AllocationRow,
     CoRunRow,
     DatasetRow,
@@ -37,12 +40,18 @@ from gctl.store.models import (
     now,
     utc,
 )
-from gctl.store.snapshot import MECHANISM_CHECKPOINT
+from gctl.store.snapshot import MECHANISM_CHECKPOINT, run_time
+from gctl.store.usage import most_at_once
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """A job as ``gctl show job`` presents it (``gctl queue`` takes :class:`JobColumns`)."""
+    """A job as ``gctl show job`` presents it (``gctl queue`` takes :class:`JobColumns`).
+
+    ``gpus`` are those it asked for and ``nodes`` those it runs on; for a
+    finished job that held GPUs, the most it held at once and the nodes it
+    ran on (its allocation history).
+    """
 
     id: int
     name: str
@@ -55,6 +64,8 @@ class JobView:
     end_time: float | None
     reason: str | None
     held: bool
+    job_class: str
+    time_limit: float | None
     nodes: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,7 +76,11 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class JobDetail:
-    """Everything stored about one job: spec, where it runs, history and events."""
+    """Everything stored about one job: spec, where it runs, history and events.
+
+    ``allocations`` are the GPUs it holds, or for a finished job each GPU it
+    held, with the mode it last held it in.
+    """
 
     view: JobView
     spec: dict[str, Any]
@@ -114,6 +129,26 @@ def _row_values(req: JobRequest, me: Who, at: float) -> dict[str, Any]:
     }
 
 
+def _check_size(s: Session, reqs: list[JobRequest]) -> None:
+    """Refuse a job asking for more GPUs than every registered node has together.
+
+    It could never start, and would wait forever. ``wait_for_nodes`` keeps
+    it queued for nodes still to be added; a store with no nodes yet (being
+    set up) takes any job.
+    """
+    asked = [r for r in reqs if not r.wait_for_nodes]
+    if not asked:
+        return
+    total = s.scalar(select(func.count(GpuRow.id))) or 0
+    for r in asked:
+        need = r.elastic[0] if r.elastic else r.gpus
+        if total and need > total:
+            raise ServiceError(
+                f"the job asks for {need} GPUs and the cluster has {total}: it could never"
+                " start (--wait-for-nodes keeps it queued for nodes still to come)"
+            )
+
+
 def _check_datasets(s: Session, reqs: list[JobRequest]) -> None:
     """Refuse a job naming a dataset that is not recorded (``gctl dataset add``)."""
     named = {dataset_entry(d)[0] for r in reqs for d in r.datasets}
@@ -140,9 +175,16 @@ def submit(store: Store, requests: Iterable[JobRequest]) -> list[int]:
     for req in reqs:
         access.check_mounts(req.mounts, policy)
     at = now()
-    values = [_row_values(r, me, at) for r in reqs]
+    values = [
+        {
+            **_row_values(r, me, at),
+            "time_limit": access.time_limit(me, policy, r.time_limit, given=r.time_given),
+        }
+        for r in reqs
+    ]
     with transaction(store.engine, write=True) as s:
         _check_datasets(s, reqs)
+        _check_size(s, reqs)
         if not me.operator:
             held = s.scalar(
                 select(func.coalesce(func.sum(JobRow.gpus), 0)).where(
@@ -245,11 +287,14 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             .order_by(CoRunRow.packed_at.desc(), CoRunRow.id.desc())
             .limit(1)
         ).first()
-        nodes = tuple(dict.fromkeys(n for n, _, _, _ in allocs))
+        held, gpus = [(n, i, m) for n, i, m, _ in allocs], row.gpus
+        if not held and row.state in FINISHED:
+            held, gpus = _held(s, job_id, row.gpus)
+        nodes = tuple(dict.fromkeys(n for n, _, _ in held))
         emulated = any(e for _, _, _, e in allocs)
         packed = row.state == "RUNNING" and any(m == "packed" for _, _, m, _ in allocs)
         return JobDetail(
-            view=_view(row, nodes),
+            view=_view(row, nodes, gpus),
             spec={
                 "image": row.image,
                 "command": row.command,
@@ -262,11 +307,15 @@ def show_job(store: Store, job_id: int) -> JobDetail:
                 "gpu_mem_mb": row.gpu_mem_mb,
                 "datasets": row.datasets,
                 "profile": row.profile,
+                "time_limit": row.time_limit,
             },
-            allocations=tuple((n, i, m) for n, i, m, _ in allocs),
+            allocations=tuple(held),
             history=tuple((a, st, why) for a, st, why in hist),
             intents=tuple((i, k, st) for i, k, st in intents),
             runtime={
+                "run_time": run_time(
+                    ((st, a) for a, st, _ in hist), now() if row.state not in FINISHED else None
+                ),
                 "mechanism": row.mechanism,
                 "attempt": row.attempt,
                 "restarts": row.restarts,
@@ -328,19 +377,42 @@ def _progress(
     }
 
 
-def _view(row: JobRow, nodes: tuple[str, ...]) -> JobView:
+def _held(s: Session, job_id: int, asked: int) -> tuple[list[tuple[str, int, str]], int]:
+    """Each GPU a finished job held (by node and index, its last mode), and the most at once.
+
+    ``asked`` stands for the most when it held none (or ended before the history was kept).
+    """
+    rows = s.execute(
+        select(
+            AllocationHistoryRow.node,
+            AllocationHistoryRow.gpu_index,
+            AllocationHistoryRow.mode,
+            AllocationHistoryRow.since,
+            AllocationHistoryRow.until,
+        )
+        .where(AllocationHistoryRow.job_id == job_id)
+        .order_by(AllocationHistoryRow.since, AllocationHistoryRow.id)
+    ).all()
+    last = {(node, index): mode for node, index, mode, _, _ in rows}
+    gpus = most_at_once([(since, until) for *_, since, until in rows]) if rows else asked
+    return [(node, index, mode) for (node, index), mode in sorted(last.items())], gpus
+
+
+def _view(row: JobRow, nodes: tuple[str, ...], gpus: int) -> JobView:
     return JobView(
         row.id,
         row.name,
         row.user,
         row.state,
-        row.gpus,
+        gpus,
         row.priority,
         row.submit_time,
         row.start_time,
         row.end_time,
         row.reason,
         row.held,
+        row.job_class,
+        row.time_limit,
         nodes,
     )
 
@@ -399,6 +471,9 @@ def act(store: Store, job_id: int, action: str, **args: Any) -> ActionResult:
             raise ServiceError(f"job {job_id} already finished ({row.state})")
         result = _act(s, row, action, args, user)
         events.record(s, f"job.{action}", result.message, job_id=job_id, user=user, data=args)
+        if not result.done and not lease.held(s, now()):
+            message = f"{result.message}; {NO_DAEMON}"
+            return dataclasses.replace(result, message=message)
         return result
 
 

@@ -194,64 +194,92 @@ def check_name(name: str) -> str:
     return name
 
 
-def add_node(
-    store: Store,
-    name: str,
-    host: str,
-    *,
-    port: int = DEFAULT_SSH_PORT,
-    ssh_user: str | None = None,
-    key_path: str | None = None,
-    emulate_gpus: str | None = None,
-    host_key_fingerprint: str,
-    docker_host: str | None = None,
-    work_dir: str | None = None,
-    cache_dir: str | None = None,
-    cache_size: str | None = None,
-) -> NodeView:
-    """Record a new node with the host key fingerprint the operator confirmed."""
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A node to record: how to reach its host, its confirmed host key, and its settings."""
+
+    name: str
+    host: str
+    host_key_fingerprint: str
+    port: int = DEFAULT_SSH_PORT
+    ssh_user: str | None = None
+    key_path: str | None = None
+    emulate_gpus: str | None = None
+    docker_host: str | None = None
+    work_dir: str | None = None
+    cache_dir: str | None = None
+    cache_size: str | None = None
+
+
+def add_node(store: Store, name: str, host: str, **settings: Any) -> NodeView:
+    """Record a new node with the host key fingerprint the operator confirmed.
+
+    ``settings`` are the other fields of :class:`NodeSpec`, by name.
+    """
+    return add_nodes(store, [NodeSpec(name, host, **settings)])[0]
+
+
+def add_nodes(store: Store, specs: list[NodeSpec]) -> list[NodeView]:
+    """Record new nodes (``gctl node add``, one or an inventory's): all of them, or none.
+
+    Every node is checked before any is written; a name given twice, or
+    already recorded, refuses the lot.
+    """
     access.operator_only(store, "gctl node add")
+    rows = [checked_row(spec) for spec in specs]
+    names = Counter(r.name for r in rows)
+    twice = sorted(n for n, count in names.items() if count > 1)
+    if twice:
+        raise ServiceError(f"node {twice[0]!r} is given more than once")
+    with transaction(store.engine, write=True) as s:
+        known = set(s.scalars(select(NodeRow.name).where(NodeRow.name.in_(sorted(names)))))
+        if known:
+            raise ServiceError(f"node {sorted(known)[0]!r} already exists")
+        s.add_all(rows)
+        s.flush()
+        for row, spec in zip(rows, specs, strict=True):
+            what = f" with emulated GPUs {spec.emulate_gpus}" if row.gpus else ""
+            message = f"node {row.name} added ({row.host}:{row.port}){what}"
+            events.record(s, "node.add", message, node=row.name)
+        return views(s, rows, detail=True)
+
+
+def checked_row(spec: NodeSpec) -> NodeRow:
+    """A checked node row for ``spec`` (not yet in any session); ServiceError when it is bad."""
+    name = spec.name
     check_name(name)
-    check_fingerprint(host_key_fingerprint)
+    check_fingerprint(spec.host_key_fingerprint)
     for value, flag, limit in (
-        (ssh_user, "--user", NAME_MAX),
-        (key_path, "--key", TEXT_MAX),
-        (docker_host, "--docker-host", NAME_MAX),
-        (work_dir, "--work-dir", TEXT_MAX),
-        (emulate_gpus, "--emulate-gpus", TEXT_MAX),
+        (spec.ssh_user, "--user", NAME_MAX),
+        (spec.key_path, "--key", TEXT_MAX),
+        (spec.docker_host, "--docker-host", NAME_MAX),
+        (spec.work_dir, "--work-dir", TEXT_MAX),
+        (spec.emulate_gpus, "--emulate-gpus", TEXT_MAX),
     ):
         if value is not None:
             check_text(value, flag, limit=limit)
-    if work_dir is not None and not work_dir.startswith("/"):
-        raise ServiceError(f"--work-dir {shown(work_dir)}: give an absolute path on the host")
-    cache_dir, cache_mb = _cache(cache_dir, cache_size)
-    check_host(host)
-    check_int(port, "--port", high=65535)
-    gpus = parse_emulated(emulate_gpus) if emulate_gpus else []
+    if spec.work_dir is not None and not spec.work_dir.startswith("/"):
+        raise ServiceError(f"--work-dir {shown(spec.work_dir)}: give an absolute path on the host")
+    cache_dir, cache_mb = _cache(spec.cache_dir, spec.cache_size)
+    check_host(spec.host)
+    check_int(spec.port, "--port", high=65535)
+    gpus = parse_emulated(spec.emulate_gpus) if spec.emulate_gpus else []
     for gpu in gpus:  # stable ids for labels and job env, plainly not NVIDIA's
         gpu.uuid = f"GPU-emulated-{name}-{gpu.index}"
-    with transaction(store.engine, write=True) as s:
-        if s.scalar(select(NodeRow.id).where(NodeRow.name == name)) is not None:
-            raise ServiceError(f"node {name!r} already exists")
-        row = NodeRow(
-            name=name,
-            host=host,
-            port=port,
-            ssh_user=ssh_user,
-            key_path=key_path,
-            host_key_fingerprint=host_key_fingerprint,
-            docker_host=docker_host,
-            work_dir=work_dir,
-            cache_dir=cache_dir,
-            cache_size_mb=cache_mb,
-            emulated=bool(gpus),
-            gpus=gpus,
-        )
-        s.add(row)
-        s.flush()
-        what = f" with emulated GPUs {emulate_gpus}" if gpus else ""
-        events.record(s, "node.add", f"node {name} added ({host}:{port}){what}", node=name)
-        return views(s, [row], detail=True)[0]
+    return NodeRow(
+        name=name,
+        host=spec.host,
+        port=spec.port,
+        ssh_user=spec.ssh_user,
+        key_path=spec.key_path,
+        host_key_fingerprint=spec.host_key_fingerprint,
+        docker_host=spec.docker_host,
+        work_dir=spec.work_dir,
+        cache_dir=cache_dir,
+        cache_size_mb=cache_mb,
+        emulated=bool(gpus),
+        gpus=gpus,
+    )
 
 
 CACHE_SIZE_MAX_MB = 1 << 30
@@ -396,6 +424,34 @@ def rekey_node(store: Store, name: str, fingerprint: str) -> str | None:
                 data={"old": old, "new": fingerprint},
             )
         return old
+
+
+NODE_STATES = {
+    "idle": "idle",
+    "mix": "mix",
+    "mixed": "mix",
+    "alloc": "alloc",
+    "allocated": "alloc",
+    "drng": "drng",
+    "draining": "drng",
+    "drain": "drain",
+    "drained": "drain",
+    "down": "down",
+}
+"""Node states ``-t`` takes, in gctl's and in sinfo's long spellings."""
+
+
+def parse_node_states(text: str) -> set[str]:
+    """``node ls -t``: a comma list of node states, any case; ServiceError for an unknown one."""
+    out = set()
+    for part in (p.strip().lower() for p in text.split(",")):
+        if not part:
+            continue
+        if part not in NODE_STATES:
+            known = ", ".join(sorted(set(NODE_STATES.values())))
+            raise ServiceError(f"-t {shown(part)}: unknown node state (known: {known})")
+        out.add(NODE_STATES[part])
+    return out
 
 
 def list_nodes(

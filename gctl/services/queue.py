@@ -10,11 +10,13 @@ by the migrations, so a renamed column cannot go unnoticed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from gctl.config import PRIORITIES
 from gctl.services.errors import ServiceError
 from gctl.services.reader import Reader, reading_store
 
@@ -52,6 +54,8 @@ _FIELDS = (
     "end_time",
     "reason",
     "held",
+    "job_class",
+    "time_limit",
 )
 _SELECT_JOBS = "SELECT " + ", ".join(f'"{f}"' for f in _FIELDS) + " FROM jobs"
 _ALLOCATED = "FROM allocations a JOIN gpus g ON a.gpu_id = g.id JOIN nodes n ON g.node_id = n.id"
@@ -93,6 +97,8 @@ class JobColumns:
     end_time: list[float | None]
     reason: list[str | None]
     held: list[bool]
+    job_class: list[str]
+    time_limit: list[float | None]
     nodes: list[tuple[str, ...]]
 
     def __len__(self) -> int:
@@ -121,6 +127,8 @@ class JobColumns:
                 "nodes": nodes,
                 "reason": reason,
                 "held": held,
+                "class": job_class,
+                "time_limit": time_limit,
             }
             for (
                 job_id,
@@ -134,6 +142,8 @@ class JobColumns:
                 ended,
                 reason,
                 held,
+                job_class,
+                time_limit,
                 nodes,
             ) in zip(
                 self.id,
@@ -147,10 +157,62 @@ class JobColumns:
                 self.end_time,
                 self.reason,
                 self.held,
+                self.job_class,
+                self.time_limit,
                 self.nodes,
                 strict=True,
             )
         ]
+
+    def sorted_by(self, keys: str, now: float) -> JobColumns:
+        """The jobs in the order of squeue's ``-S``: field codes, each ``-`` for descending.
+
+        ``keys`` is a comma list such as ``-p,i``; ties keep id order. A code
+        that cannot sort is a ServiceError naming the ones that can.
+        """
+        order = list(range(len(self.id)))
+        for part in reversed([k.strip() for k in keys.split(",") if k.strip()]):
+            descending, code = part.startswith("-"), part.lstrip("+-")
+            key = _SORT_KEYS.get(code)
+            if key is None:
+                known = " ".join(sorted(_SORT_KEYS))
+                raise ServiceError(f"-S {part!r}: cannot sort by that (fields: {known})")
+            column = key(self, now)
+            order.sort(key=column.__getitem__, reverse=descending)
+        return JobColumns(
+            **{f.name: [getattr(self, f.name)[i] for i in order] for f in fields(self)}
+        )
+
+
+_LATEST = float("inf")
+"""Where a job without the time sorts: after every job with one, as squeue sorts it."""
+
+
+def _or_latest(values: list[float | None]) -> list[float]:
+    return [_LATEST if v is None else v for v in values]
+
+
+_SORT_KEYS: dict[str, Callable[[JobColumns, float], list[Any]]] = {
+    "i": lambda j, now: j.id,
+    "j": lambda j, now: j.name,
+    "u": lambda j, now: j.user,
+    "t": lambda j, now: j.state,
+    "T": lambda j, now: j.state,
+    "b": lambda j, now: j.gpus,
+    "p": lambda j, now: [PRIORITIES.index(p) if p in PRIORITIES else 0 for p in j.priority],
+    "q": lambda j, now: j.job_class,
+    "V": lambda j, now: j.submit_time,
+    "S": lambda j, now: _or_latest(j.start_time),
+    "e": lambda j, now: _or_latest(j.end_time),
+    "l": lambda j, now: _or_latest(j.time_limit),
+    "M": lambda j, now: [
+        0.0 if start is None else (end or now) - start
+        for start, end in zip(j.start_time, j.end_time, strict=True)
+    ],
+    "N": lambda j, now: [",".join(n) for n in j.nodes],
+    "D": lambda j, now: [len(n) for n in j.nodes],
+}
+"""How ``-S`` sorts by each field code: its column as sortable values."""
 
 
 def queue(
@@ -159,10 +221,11 @@ def queue(
     users: set[str] | None = None,
     states: set[str] | None = None,
     nodes: set[str] | None = None,
+    ids: set[int] | None = None,
 ) -> JobColumns:
     """Jobs by id; by default those not finished (like squeue). See :func:`listing`."""
     with reading_store(store) as reader:
-        return listing(reader, users=users, states=states, nodes=nodes)
+        return listing(reader, users=users, states=states, nodes=nodes, ids=ids)
 
 
 def matching(
@@ -196,11 +259,20 @@ def listing(
     users: set[str] | None = None,
     states: set[str] | None = None,
     nodes: set[str] | None = None,
+    ids: set[int] | None = None,
 ) -> JobColumns:
-    """Jobs by id in the states asked (default: not finished), of these users, on these nodes."""
-    wanted = sorted(states or (set(STATE_CODES) - FINISHED))
+    """Jobs by id in the states asked, of these users, on these nodes, of these ids.
+
+    By default the jobs not finished; with ``ids`` (squeue's ``-j``), those
+    jobs in any state unless ``states`` says otherwise.
+    """
+    every = set(STATE_CODES) if ids else set(STATE_CODES) - FINISHED
+    wanted = sorted(states or every)
     sql = f"{_SELECT_JOBS} WHERE state IN ({reader.marks(len(wanted))})"
     params: list[object] = [*wanted]
+    if ids:
+        sql += f" AND id IN ({reader.marks(len(ids))})"
+        params += sorted(ids)
     if users:
         sql += f' AND "user" IN ({reader.marks(len(users))})'
         params += sorted(users)

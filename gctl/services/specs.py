@@ -40,6 +40,7 @@ from gctl.limits import (
     check_text,
     shown,
 )
+from gctl.slurmtime import TimeFormatError, parse_time_limit
 
 PRIORITIES = ("low", "normal", "high")
 CLASSES = ("production", "opportunistic")
@@ -73,6 +74,11 @@ class JobRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     profile: str | None = None
+    time_limit: float | None = None
+    """Seconds of running allowed (``--time``); None: none asked, or UNLIMITED if ``time_given``."""
+    time_given: bool = False
+    wait_for_nodes: bool = False
+    """Queue it even when it asks for more GPUs than the registered nodes have."""
 
 
 def _text(value: str, what: str, limit: int = TEXT_MAX) -> str:
@@ -129,6 +135,14 @@ def parse_size_mb(text: str, flag: str, high_mb: int) -> int:
 def parse_gpu_mem(text: str) -> int:
     """GPU memory such as ``8G``, ``16GiB`` or ``512M``, in MiB."""
     return parse_size_mb(text, "--gpu-mem", GPU_MEM_MAX_MB)
+
+
+def parse_time(text: str) -> float | None:
+    """``--time`` in Slurm's notation as seconds (None: UNLIMITED)."""
+    try:
+        return parse_time_limit(text)
+    except TimeFormatError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def parse_elastic(text: str, gpus: int) -> tuple[int, int]:
@@ -288,6 +302,8 @@ def build(
     env: list[str] | tuple[str, ...] = (),
     mounts: list[str] | tuple[str, ...] = (),
     profile: str | None = None,
+    time: str | None = None,
+    wait_for_nodes: bool = False,
 ) -> JobRequest:
     """Check every field of a job spec given as flag-style strings."""
     gpus = check_gpus(gpus)
@@ -307,6 +323,9 @@ def build(
         env=check_env(env),
         mounts=check_mounts(mounts),
         profile=_no_control(profile, "--profile") if profile else None,
+        time_limit=parse_time(time) if time is not None else None,
+        time_given=time is not None,
+        wait_for_nodes=wait_for_nodes,
     )
 
 
@@ -323,6 +342,8 @@ _FILE_KEYS: dict[str, type | tuple[type, ...]] = {
     "env": dict,
     "mounts": list,
     "profile": str,
+    "time": (str, int),
+    "wait_for_nodes": bool,
 }
 
 
@@ -336,7 +357,7 @@ def from_mapping(data: Any, where: str) -> JobRequest:
             close = difflib.get_close_matches(key, _FILE_KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise SpecError(f"{where}: unknown key {key!r}{hint}")
-        if not isinstance(value, kind) or isinstance(value, bool):
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             raise SpecError(f"{where}: {key} has the wrong type ({type(value).__name__})")
     for key in ("image", "command", "gpus"):
         if key not in data:
@@ -358,6 +379,8 @@ def from_mapping(data: Any, where: str) -> JobRequest:
             ],
             mounts=[_str_item(m, where, "mounts") for m in data.get("mounts", [])],
             profile=data.get("profile"),
+            time=str(data["time"]) if "time" in data else None,
+            wait_for_nodes=data.get("wait_for_nodes", False),
         )
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None

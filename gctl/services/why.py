@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gctl.daemon import lease
 from gctl.services.db import Store
 from gctl.services.errors import NotFound
 from gctl.store.engine import transaction
@@ -25,6 +26,7 @@ from gctl.store.models import (
     JobRow,
     JobStateRow,
     NodeRow,
+    now,
     utc,
 )
 
@@ -133,6 +135,8 @@ class Why:
     operation: dict[str, Any] | None
     pending_intents: tuple[PendingIntent, ...]
     decisions: tuple[Decision, ...]
+    daemon: bool = True
+    """Whether a daemon holds the store: without one, nothing the job waits for happens."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, stable keys; times as UTC datetimes (``emit_json`` writes ISO 8601)."""
@@ -154,6 +158,7 @@ class Why:
             "operation": self.operation,
             "pending_intents": [i.to_dict() for i in self.pending_intents],
             "decisions": [d.to_dict() for d in self.decisions],
+            "daemon": self.daemon,
         }
 
 
@@ -224,6 +229,7 @@ def explain(store: Store, job_id: int) -> Why:
             decisions=tuple(
                 Decision(e.at, e.kind, e.user, e.message, dict(e.data)) for e in reversed(recent)
             ),
+            daemon=lease.held(s, now()),
         )
 
 

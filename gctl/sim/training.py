@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gctl.core.model import Cluster
-from gctl.core.policy import registered, registered_object
+from gctl.registry import registered, registered_object
 from gctl.sim.perf import PerfConfig
 from gctl.sim.workload import TraceJob
 

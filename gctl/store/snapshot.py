@@ -63,7 +63,7 @@ two different sets, an unknown priority...) are left out and described in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,7 @@ from gctl.store.models import (
     NodeRow,
     ProfileRow,
 )
+from gctl.store.usage import RUNNING_STATES, run_times
 
 DRAIN_BY = "admin"
 """Who holds the core drain of a node the operator drained (``gctl node drain``)."""
@@ -104,10 +105,26 @@ QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "PREEMPTED"})
 """Store states of jobs waiting to (re)start: queued unless held."""
 HELD_STATES = frozenset({"REQUEUE_HOLD"})
 """Store states of jobs that wait for a release: never queued."""
-RUNNING_STATES = frozenset({"RUNNING", "COMPLETING"})
-"""Store states of jobs running on their GPUs."""
 SUSPENDED_STATES = frozenset({"SUSPENDED", "STOPPED"})
 """Store states of jobs that keep their GPUs without making progress."""
+
+
+def run_time(history: Iterable[tuple[str, float]], at: float | None = None) -> float:
+    """Seconds a job spent running, from its state history ``(state, entered at)`` in order.
+
+    The last stretch, still open, counts up to ``at`` when given (a job
+    running now), else not at all.
+    """
+    total = 0.0
+    last: tuple[str, float] | None = None
+    for state, entered in history:
+        if last is not None and last[0] in RUNNING_STATES:
+            total += max(entered - last[1], 0.0)
+        last = (state, entered)
+    if last is not None and at is not None and last[0] in RUNNING_STATES:
+        total += max(at - last[1], 0.0)
+    return total
+
 
 _PRIORITIES = {"low": Priority.LOW, "normal": Priority.NORMAL, "high": Priority.HIGH}
 _CLASSES = {c.value: c for c in JobClass}
@@ -418,21 +435,19 @@ class _Loader:
         the seconds each spent in its closed running stretches (a stretch
         still open is counted by the core from ``last_resumed``).
         """
-        rows = self.session.connection().execute(
-            select(JobStateRow.job_id, JobStateRow.state, JobStateRow.at)
-            .join(JobRow, JobRow.id == JobStateRow.job_id)
-            .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
-            .order_by(JobStateRow.job_id, JobStateRow.at, JobStateRow.id)
+        rows = (
+            self.session.connection()
+            .execute(
+                select(JobStateRow.job_id, JobStateRow.state, JobStateRow.at)
+                .join(JobRow, JobRow.id == JobStateRow.job_id)
+                .where(JobRow.state.not_in(sorted(FINISHED_STATES)))
+                .order_by(JobStateRow.job_id, JobStateRow.at, JobStateRow.id)
+            )
+            .all()
         )
-        entered: dict[tuple[int, str], float] = {}
-        ran: dict[int, float] = {}
-        last: tuple[int, str, float] | None = None
-        for job_id, st, at in rows:
-            entered[job_id, st] = at  # rows come in time order: the last one is the latest
-            if last is not None and last[0] == job_id and last[1] in RUNNING_STATES:
-                ran[job_id] = ran.get(job_id, 0.0) + max(at - last[2], 0.0)
-            last = (job_id, st, at)
-        return entered, ran
+        # Rows come in time order: the last one of a state is when the job last entered it.
+        entered = {(job_id, st): at for job_id, st, at in rows}
+        return entered, run_times(rows)
 
     # ---- replaying -----------------------------------------------------
 

@@ -74,26 +74,22 @@ def test_malformed_trace_is_one_line_with_file_and_line(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
-def test_errors_are_one_line_and_exit_1() -> None:
-    cases = [
-        ("sim", "run", "/nonexistent/trace.csv"),
-        ("sim", "run", str(TRACE), "--cluster", "0x8"),
-        ("sim", "run", str(TRACE), "--policy", "nosuch"),
-        ("sim", "run", str(TRACE), "-o", "max_hieght=2"),
-        ("sim", "run", str(TRACE), "-o", "noequals"),
-        ("sim", "run", str(TRACE), "--window", "5h:1h"),
-    ]
-    for args in cases:
-        code, out, err = run(*args)
-        assert code == 1, (args, err)
-        assert out == ""
-        assert err.startswith("gctl: error: ") and err.count("\n") == 1, (args, err)
-
-
-def test_usage_errors_exit_2() -> None:
-    code, _, err = run("sim", "run", str(TRACE), "--limit", "0")
-    assert code == 2
-    assert "Traceback" not in err
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("sim", "run", "/nonexistent/trace.csv"), 1),
+        (("sim", "run", str(TRACE), "--cluster", "0x8"), 1),
+        (("sim", "run", str(TRACE), "--limit", "0"), 2),
+        (("sim", "run", str(TRACE), "--policy", "nosuch"), 2),
+        (("sim", "run", str(TRACE), "-o", "max_hieght=2"), 2),
+        (("sim", "run", str(TRACE), "-o", "noequals"), 2),
+        (("sim", "run", str(TRACE), "--window", "5h:1h"), 2),
+    ],
+)
+def test_errors_are_one_line_usage_ones_exit_2(args: tuple[str, ...], expected: int) -> None:
+    code, out, err = run(*args)
+    assert (code, out) == (expected, ""), err
+    assert err.startswith("gctl: error: ") and err.count("\n") == 1, err
 
 
 @settings(max_examples=40, deadline=None)

@@ -182,3 +182,63 @@ def test_two_observes_at_once_start_one_watchdog(tmp_path: Path) -> None:
     finally:
         for pid in started:
             os.kill(pid, signal.SIGTERM)
+
+
+def _logs_docker(tmp_path: Path, lines: int) -> list[str]:
+    """A stand-in ``docker``: ``logs C`` writes ``lines`` numbered lines, odd ones on stderr."""
+    script = tmp_path / "logs-docker"
+    script.write_text(
+        "import sys\n"
+        "assert sys.argv[1:] == ['logs', 'cid1'], sys.argv\n"
+        f"for i in range({lines}):\n"
+        "    (sys.stderr if i % 2 else sys.stdout).write(f'line {i}\\n')\n"
+        "    (sys.stderr if i % 2 else sys.stdout).flush()\n"
+    )
+    return ["python3", str(script)]
+
+
+def test_keep_output_saves_the_last_bytes_owned_like_the_job_dir_never_through_a_link(
+    tmp_path: Path,
+) -> None:
+    job_dir = tmp_path / "a0"
+    job_dir.mkdir()
+    os.chown(job_dir, 1234, 1234)
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    (job_dir / "output-a0.log").symlink_to(victim)  # planted by the job's user
+    request = {
+        "docker": _logs_docker(tmp_path, 1000),
+        "container": "cid1",
+        "dir": str(job_dir),
+        "name": "output-a0.log",
+        "max_bytes": 1000,
+        "tail_lines": 3,
+    }
+    got = run_mode("keep-output", request)
+    written = job_dir / "output-a0.log"
+    total = sum(len(f"line {i}\n") for i in range(1000))
+    assert got == {"path": str(written), "bytes": total, "tail": "line 997\nline 998\nline 999"}
+    assert victim.read_text() == "root's\n" and not written.is_symlink()
+    text = written.read_text()
+    assert text.startswith(f"[gctl: the first {total - 1000} bytes of output were not kept]\n")
+    body = text.split("\n", 1)[1]
+    assert len(body.encode()) == 1000 and body.endswith("line 998\nline 999\n")
+    run_mode("keep-output", {**request, "max_bytes": 10**6})  # room for all: nothing dropped
+    assert written.read_text().startswith("line 0\nline 1\n")
+    st = written.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1234, 1234, 0o600)
+    assert sorted(p.name for p in job_dir.iterdir()) == ["output-a0.log"]
+
+
+def test_forget_jobs_removes_job_directories_and_never_follows_a_link(tmp_path: Path) -> None:
+    base = tmp_path / "jobs"
+    (base / "7" / "a0").mkdir(parents=True)
+    (base / "7" / "a0" / "output-a0.log").write_text("out\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("keep\n")
+    (base / "8").symlink_to(elsewhere)
+    got = run_mode("forget-jobs", {"base": str(base), "jobs": [7, 8, 9]})
+    assert got == {"removed": [7, 8]}
+    assert sorted(p.name for p in base.iterdir()) == []
+    assert (elsewhere / "keep").read_text() == "keep\n"

@@ -21,7 +21,9 @@ import testhosts
 from clikit import run
 from daemonkit import Running
 
+from gctl.daemon import output
 from gctl.hosts.engine import container_name
+from gctl.hosts.ssh import Pool
 from gctl.services import db, jobs, logs, specs
 from gctl.store.identity import store_id
 
@@ -112,6 +114,7 @@ def test_follow_streams_stdout_and_stderr_until_the_job_ends(
 ) -> None:
     job = _submit(host_store, "--steps", "60", "--step-time", "0.1", "--fail-at", "60")
     _wait("job running", lambda: _state(host_store, job) == "RUNNING")
+    node = _node_of(host_store, job)
     code, out, err = run("logs", str(job), "--follow")  # returns when the container exits
     assert code == 0, err
     lines = out.splitlines()
@@ -121,12 +124,39 @@ def test_follow_streams_stdout_and_stderr_until_the_job_ends(
     ]
     assert len(lines) == 61 and "failing at step 60" in lines
     _wait("job failed", lambda: _state(host_store, job) == "FAILED")
+    name = _name(host_store, job)
+    _wait("its container removed", lambda: name not in _docker(node, "ps", "-a"))
+    # Its output outlives its container: kept in its job directory on the node (Slurm's
+    # slurm-N.out), stdout and stderr together.
+    code, out, err = _wait("its kept output", lambda: (r := run("logs", str(job)))[0] == 0 and r)
+    assert err == ""
+    kept = out.splitlines()
+    assert [line for line in kept if line.startswith("step")] == [
+        f"step {k}/60" for k in range(1, 61)
+    ]
+    assert "failing at step 60" in kept
+    code, out, err = run("logs", str(job), "-n", "3", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["kept"] is True and len(doc["lines"]) == 3 and doc["notes"] == []
+    # The file gone from the node: the last lines the store kept, and a note saying so.
+    pattern = f"{node}/work/stores/{store_id(host_store.engine)}/jobs/{job}/a0/output-a0.log"
+    files = list(Path(testhosts.env()["dir"]).glob(pattern))
+    assert len(files) == 1 and files[0].stat().st_size > 0
+    files[0].unlink()
+    code, out, err = run("logs", str(job), "-n", "2")
+    assert code == 0
+    assert out.splitlines()[-1] == kept[-1] and len(out.splitlines()) == 2
+    assert err.startswith("gctl: note: attempt 0 on ") and "kept in the store" in err
+    # Past the retention the daemon forgets it: the job's directory goes from the node, the
+    # tail from the store.
+    with Pool() as pool:
+        sid = store_id(host_store.engine)
+        assert output.prune(pool, host_store, sid, older_than=time.time() + 1) == [job]
+    assert not files[0].parent.parent.exists()
     code, out, err = run("logs", str(job))
-    assert (code, out) == (1, "")
-    assert err == (
-        f"gctl: error: job {job} is FAILED: its container was removed when it ended,"
-        " and its output with it\n"
-    )
+    assert (code, out) == (1, "")  # ended a moment ago: it says the output may yet come
+    assert err == f"gctl: error: job {job} ended just now: its output is still being kept\n"
 
 
 def test_unknown_job_and_job_never_started(host_store: db.Store) -> None:
@@ -137,7 +167,7 @@ def test_unknown_job_and_job_never_started(host_store: db.Store) -> None:
     assert (code, out) == (1, "")
     assert err == f"gctl: error: job {job} has not started yet (PENDING): no output so far\n"
     code, _, err = run("logs", str(job), "--json", "-f")
-    assert code == 1 and "cannot --follow" in err
+    assert code == 2 and "cannot --follow" in err
 
 
 def test_node_away_then_container_gone(host_store: db.Store, daemon: Running) -> None:
