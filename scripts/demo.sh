@@ -148,7 +148,7 @@ FOLLOW_PID=""
 [ -z "$(unfinished)" ] || echo "demo: some jobs had not finished in time"
 
 say "Summary"
-$GCTL queue -t all -o "%.5i %.9j %.9P %.10T %.8M %R"
+$GCTL queue -t all -o "%.5i %.9j %.9p %.10T %.8M %R"
 $GCTL events --json | .venv/bin/python scripts/demo_summary.py
 echo
 PACKED=$($GCTL events --json | grep -oE '"kind":"job\.pack","job_id":[0-9]+' | head -n 1 | grep -oE '[0-9]+$' || true)

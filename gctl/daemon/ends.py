@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from gctl.daemon import jobfiles
 from gctl.daemon.inflight import Inflight
-from gctl.daemon.site import Site
+from gctl.daemon.site import Site, job_nodes
 from gctl.daemon.watch import Observation
 from gctl.hosts.engine import ContainerState
 from gctl.services import events
@@ -240,6 +240,20 @@ def _end(s: Session, row: JobRow, ending: Ending, step: int | None) -> None:
     why = f"{ending.why}; requeued from its checkpoint"
     set_state(s, row, "PENDING", why)
     events.record(s, "job.interrupt", f"job {row.id} {why}", job_id=row.id)
+
+
+def end_now(site: Site, s: Session, row: JobRow, state: str, reason: str) -> list[NodeRow]:
+    """End a job that holds GPUs, in the caller's transaction; the nodes it held GPUs on.
+
+    Its GPUs go (kept in the allocation history), its state and reason are
+    set and the daemon's copy of its checkpoint is dropped; stopping or
+    killing its containers on those nodes is the caller's, in the background.
+    """
+    nodes = job_nodes(s, row.id)
+    release(s, row.id, now())
+    set_state(s, row, state, reason)
+    site.mirror.drop(row.id)
+    return nodes
 
 
 def _remove(site: Site, found: list[tuple[str, ContainerState]]) -> None:

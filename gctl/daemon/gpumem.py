@@ -27,15 +27,14 @@ from dataclasses import dataclass
 from functools import partial
 
 from gctl.daemon import DAEMON_USER
+from gctl.daemon.ends import end_now
 from gctl.daemon.inflight import Inflight
-from gctl.daemon.site import Site, job_nodes
+from gctl.daemon.site import Site
 from gctl.daemon.watch import Observation
 from gctl.services import events
-from gctl.services.jobs import set_state
 from gctl.services.queue import ON_GPUS
-from gctl.store.allocations import release
 from gctl.store.engine import transaction
-from gctl.store.models import JobRow, now
+from gctl.store.models import JobRow
 
 DEFAULT_GRACE = 2.0
 """Seconds a job may stay above its GPU memory limit before it is stopped."""
@@ -116,9 +115,7 @@ def stop(site: Site, due: Iterable[Excess], inflight: Inflight) -> list[int]:
                 continue
             if row.attempt != excess.attempt:
                 continue
-            nodes = job_nodes(s, row.id)
-            release(s, row.id, now())
-            set_state(s, row, "FAILED", excess.reason)
+            nodes = end_now(site, s, row, "FAILED", excess.reason)
             data = {
                 "attempt": excess.attempt,
                 "used_mb": excess.used_mb,
@@ -127,7 +124,6 @@ def stop(site: Site, due: Iterable[Excess], inflight: Inflight) -> list[int]:
             }
             message = f"job {row.id} failed: {excess.reason} on {excess.node}"
             events.record(s, "job.end", message, job_id=row.id, user=DAEMON_USER, data=data)
-            site.mirror.drop(row.id)
             stopped.append((row.id, nodes))
     for job_id, nodes in stopped:
         inflight.submit(

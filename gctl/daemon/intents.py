@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from gctl.config import site_policy
 from gctl.core.placement import free_set, node_set
 from gctl.daemon import lease, moves
+from gctl.daemon.ends import end_now
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.jobfiles import mirror_dir
 from gctl.daemon.site import Site, job_gpus, job_nodes
@@ -40,7 +41,6 @@ from gctl.services import events
 from gctl.services.db import Store
 from gctl.services.jobs import set_state
 from gctl.services.queue import FINISHED
-from gctl.store.allocations import release
 from gctl.store.engine import transaction
 from gctl.store.models import IntentRow, JobRow, now
 from gctl.store.snapshot import MECHANISM_CHECKPOINT, read
@@ -201,8 +201,8 @@ def _start(
 def _cancel(site: Site, s: Session, row: JobRow, args: dict[str, object], user: str) -> Started:
     """Cancel in the store now (or note a signal); the killing (signalling) is host work."""
     signal = args.get("signal")
-    nodes = job_nodes(s, row.id)
     if signal:
+        nodes = job_nodes(s, row.id)
         attempt = row.attempt
         message = f"job {row.id}: signal {signal} sent by {user}"
         data = {"signal": str(signal), "attempt": attempt}
@@ -216,10 +216,8 @@ def _cancel(site: Site, s: Session, row: JobRow, args: dict[str, object], user: 
             return f"signal {signal} sent"
 
         return send
-    release(s, row.id, now())
     row.held = False
-    set_state(s, row, "CANCELLED", f"cancelled by {user}")
-    site.mirror.drop(row.id)
+    nodes = end_now(site, s, row, "CANCELLED", f"cancelled by {user}")
     job_id = row.id
 
     def kill() -> str:

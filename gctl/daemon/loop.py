@@ -342,7 +342,7 @@ class _Loop:
 
     def _time_limits(self) -> None:
         """Stop the running jobs past their ``--time`` (:mod:`gctl.daemon.timelimits`)."""
-        due = timelimits.expired(self.site, now(), self.inflight.busy_jobs)
+        due = timelimits.expired(self.site.store, now(), self.inflight.busy_jobs)
         if due:
             timelimits.stop(self.site, due, self.inflight)
 

@@ -17,21 +17,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
-from itertools import groupby
-from operator import itemgetter
 
 from sqlalchemy import select
 
 from gctl.daemon import DAEMON_USER
+from gctl.daemon.ends import end_now
 from gctl.daemon.inflight import Inflight
-from gctl.daemon.site import Site, job_gpus, job_nodes
+from gctl.daemon.site import Site, job_gpus
 from gctl.services import events
-from gctl.services.jobs import set_state
+from gctl.services.db import Store
 from gctl.slurmtime import format_time_limit
-from gctl.store.allocations import release
 from gctl.store.engine import transaction
-from gctl.store.models import JobRow, JobStateRow, now
-from gctl.store.snapshot import run_time
+from gctl.store.models import JobRow, JobStateRow
+from gctl.store.usage import run_times
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +47,14 @@ class Expired:
         return f"time limit {format_time_limit(self.limit)} reached"
 
 
-def expired(site: Site, at: float, busy: Iterable[int] = ()) -> list[Expired]:
+def expired(store: Store, at: float, busy: Iterable[int] = ()) -> list[Expired]:
     """The running jobs with a time limit that have run past it by ``at``.
 
     A job with a move under way, or daemon work in flight, is left for the
     next tick.
     """
     skip = set(busy)
-    with transaction(site.store.engine, write=False) as s:
+    with transaction(store.engine, write=False) as s:
         limited = {
             job_id: (attempt, limit)
             for job_id, attempt, limit in s.execute(
@@ -75,10 +73,7 @@ def expired(site: Site, at: float, busy: Iterable[int] = ()) -> list[Expired]:
             .where(JobStateRow.job_id.in_(sorted(limited)))
             .order_by(JobStateRow.job_id, JobStateRow.at, JobStateRow.id)
         ).all()
-    ran = {
-        job_id: run_time(((st, t) for _, st, t in rows), at)
-        for job_id, rows in groupby(history, key=itemgetter(0))
-    }
+    ran = run_times(((j, st, t) for j, st, t in history), at)
     return [
         Expired(job_id, attempt, limit, ran[job_id])
         for job_id, (attempt, limit) in sorted(limited.items())
@@ -100,16 +95,14 @@ def stop(site: Site, due: Iterable[Expired], inflight: Inflight) -> list[int]:
                 continue
             if row.attempt != job.attempt:
                 continue
-            nodes, gpus = job_nodes(s, row.id), job_gpus(s, row.id)
-            release(s, row.id, now())
-            set_state(s, row, "TIMEOUT", job.reason)
+            gpus = job_gpus(s, row.id)
+            nodes = end_now(site, s, row, "TIMEOUT", job.reason)
             message = (
                 f"job {row.id} timed out: {job.reason} after {format_time_limit(job.ran)}"
                 f" of running; asked to checkpoint, stopped within {site.grace:g} s"
             )
             data = {"attempt": job.attempt, "limit": job.limit, "ran": job.ran}
             events.record(s, "job.end", message, job_id=row.id, user=DAEMON_USER, data=data)
-            site.mirror.drop(row.id)
             stopped.append((row.id, job.attempt, nodes, gpus))
     for job_id, attempt, nodes, gpus in stopped:
         inflight.submit(

@@ -13,6 +13,14 @@ and its end time falls in the window asked, ``[start, end)``. For each:
   its own turns only. Jobs packed side by side both run, and are both
   charged for the GPU in full.
 
+These figures are worked out once, as the job finishes
+(:func:`gctl.services.jobs.set_state`, its GPUs already released), and
+kept in its ``jobs`` row (``run_seconds``, ``gpu_seconds``, ``gpus_held``,
+``nodes_held``), as Slurm's job table keeps them: listing a job reads that
+row alone. A job that finished before they were kept (or was ended by an
+older daemon) has them worked out here the same way, from its state and
+allocation history, at every listing.
+
 Jobs that ended before the store kept allocation history (schema 0009) have
 none: their GPUs are the ones they asked for, their GPU-hours those GPUs
 over their running time, and their nodes unknown.
@@ -43,9 +51,12 @@ from gctl.services import hostlists
 from gctl.services.errors import ServiceError
 from gctl.services.queue import FINISHED, STATE_CODES, parse_states
 from gctl.services.reader import Reader
-from gctl.store.usage import gpu_seconds, most_at_once, stretches
+from gctl.store.usage import Totals, stretches, totals
 
-_FIELDS = 'id, name, "user", state, exit_code, submit_time, start_time, end_time, gpus'
+_FIELDS = (
+    'id, name, "user", state, exit_code, submit_time, start_time, end_time,'
+    " nodes_held, gpus_held, run_seconds, gpu_seconds, gpus"
+)
 
 
 class Usage(NamedTuple):
@@ -143,9 +154,9 @@ def finished(
 ) -> list[Usage]:
     """Finished jobs that ended in ``[start, end)``, of these users and states, by end time.
 
-    Three plain queries (the jobs, their state history, their allocation
-    history), grouped here by job: for 100,000 jobs, building the driver's
-    tuples is most of the time, and SQL that pairs the rows up runs slower.
+    One plain query reads the jobs with the totals stored when they
+    finished; only jobs without (module docstring) have theirs worked out,
+    from their histories, read at the first such job (:class:`_Histories`).
     Jobs are chosen by their end time alone, so that SQLite reads them by
     its index however many jobs ended before (only a finished job has an
     end time); the states asked are kept here.
@@ -156,43 +167,16 @@ def finished(
     if users:
         where += f' AND "user" IN ({reader.marks(len(users))})'
         params += sorted(users)
-    chosen = f"SELECT id FROM jobs {where}"
     jobs = reader.rows(f"SELECT {_FIELDS} FROM jobs {where} ORDER BY end_time, id", params)
-    ran: dict[int, list[tuple[float, float]]] = {}
-    for job_id, begun, ended in stretches(
-        reader.rows(
-            f"SELECT job_id, state, at FROM job_states WHERE job_id IN ({chosen})"
-            " ORDER BY job_id, at, id",
-            params,
-        )
-    ):
-        ran.setdefault(job_id, []).append((begun, ended))
-    held: dict[int, list[tuple[float, float]]] = {}
-    on: dict[int, set[str]] = {}
-    for job_id, node, since, until in reader.rows(
-        f"SELECT job_id, node, since, until FROM allocation_history WHERE job_id IN ({chosen})",
-        params,
-    ):
-        held.setdefault(job_id, []).append((since, until))
-        on.setdefault(job_id, set()).add(node)
-    lists: dict[frozenset[str], str] = {}
+    past: _Histories | None = None
     out = []
-    for job_id, name, user, state, code, submitted, started, ended, asked in jobs:
+    for job_id, name, user, state, code, submitted, started, ended, *kept in jobs:
         if state not in wanted:
             continue
-        running = ran.get(job_id, ())
-        elapsed = sum([b - a for a, b in running])
-        intervals = held.get(job_id)
-        if intervals:
-            names = frozenset(on[job_id])
-            nodes = lists.get(names)
-            if nodes is None:
-                nodes = lists[names] = hostlists.collect(names)
-            gpus = most_at_once(intervals)
-            hours = gpu_seconds(intervals, running) / 3600
-        else:  # never held a GPU, or ended before the history was kept
-            nodes, gpus = "", asked if running else 0
-            hours = gpus * elapsed / 3600
+        nodes, gpus, elapsed, used, asked = kept
+        if elapsed is None:  # finished before its totals were kept
+            past = past or _Histories(reader, f"{where} AND run_seconds IS NULL", params)
+            nodes, (elapsed, used, gpus) = past.totals(job_id, asked)
         out.append(
             Usage(
                 job_id,
@@ -206,21 +190,61 @@ def finished(
                 nodes,
                 gpus,
                 elapsed,
-                hours,
+                used / 3600,
             )
         )
     return out
 
 
+class _Histories:
+    """The state and allocation history of jobs without stored totals, to work them out.
+
+    Read for all of them at once, as two plain queries grouped here by job:
+    building the driver's tuples is most of the time, and SQL that pairs the
+    rows up runs slower.
+    """
+
+    def __init__(self, reader: Reader, where: str, params: list[object]) -> None:
+        chosen = f"SELECT id FROM jobs {where}"
+        self.ran: dict[int, list[tuple[float, float]]] = {}
+        for job_id, begun, ended in stretches(
+            reader.rows(
+                f"SELECT job_id, state, at FROM job_states WHERE job_id IN ({chosen})"
+                " ORDER BY job_id, at, id",
+                params,
+            )
+        ):
+            self.ran.setdefault(job_id, []).append((begun, ended))
+        self.held: dict[int, list[tuple[float, float]]] = {}
+        self.on: dict[int, set[str]] = {}
+        for job_id, node, since, until in reader.rows(
+            "SELECT job_id, node, since, until FROM allocation_history"
+            f" WHERE job_id IN ({chosen}) ORDER BY job_id, id",
+            params,
+        ):
+            self.held.setdefault(job_id, []).append((since, until))
+            self.on.setdefault(job_id, set()).add(node)
+        self.lists: dict[frozenset[str], str] = {}
+
+    def totals(self, job_id: int, asked: int) -> tuple[str, Totals]:
+        """One job's nodes (a hostlist) and totals; ``asked``: the GPUs it asked for."""
+        intervals = self.held.get(job_id, ())
+        nodes = ""
+        if intervals:
+            names = frozenset(self.on[job_id])
+            nodes = self.lists.get(names) or self.lists.setdefault(names, hostlists.collect(names))
+        return nodes, totals(asked, self.ran.get(job_id, ()), intervals)
+
+
 def summary(rows: Iterable[Usage]) -> list[Total]:
     """Jobs and GPU-hours per user and UTC month of their end, by user then month (sreport)."""
-    totals: dict[tuple[str, str], list[float]] = {}
+    sums: dict[tuple[str, str], list[float]] = {}
     for row in rows:
         year, month = time.gmtime(row.end_time)[:2]
-        total = totals.setdefault((row.user, f"{year:04d}-{month:02d}"), [0, 0.0])
+        total = sums.setdefault((row.user, f"{year:04d}-{month:02d}"), [0, 0.0])
         total[0] += 1
         total[1] += row.gpu_hours
     return [
         Total(user, month, int(count), hours)
-        for (user, month), (count, hours) in sorted(totals.items())
+        for (user, month), (count, hours) in sorted(sums.items())
     ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from itertools import groupby
 
 from sqlalchemy import Engine, select
 
@@ -11,7 +10,8 @@ from gctl.core.model import Cluster, JobSpec, Priority
 from gctl.sim.workload import TraceJob
 from gctl.store.engine import transaction
 from gctl.store.models import JobRow, JobStateRow
-from gctl.store.snapshot import read, run_time
+from gctl.store.snapshot import read
+from gctl.store.usage import run_times
 
 
 def history_workload(engine: Engine) -> tuple[Cluster, list[TraceJob]]:
@@ -36,10 +36,7 @@ def history_workload(engine: Engine) -> tuple[Cluster, list[TraceJob]]:
             .where(JobStateRow.job_id.in_(list(jobs)))
             .order_by(JobStateRow.job_id, JobStateRow.at, JobStateRow.id)
         ).all()
-        ran = {
-            job_id: run_time([(st, at) for _, st, at in rows_of])
-            for job_id, rows_of in groupby(states, key=lambda r: r[0])
-        }
+        ran = run_times((j, st, at) for j, st, at in states)
         out: list[TraceJob] = []
         base: float | None = None
         for row in jobs.values():

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from gctl.daemon import NO_DAEMON, lease
 from gctl.identity import Who
-from gctl.services import access, events
+from gctl.services import access, events, hostlists
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.services.queue import FINISHED, JobColumns
@@ -40,8 +40,8 @@ from gctl.store.models import (
     now,
     utc,
 )
-from gctl.store.snapshot import MECHANISM_CHECKPOINT, run_time
-from gctl.store.usage import most_at_once
+from gctl.store.snapshot import MECHANISM_CHECKPOINT
+from gctl.store.usage import most_at_once, run_times, stretches, totals
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +313,10 @@ def show_job(store: Store, job_id: int) -> JobDetail:
             history=tuple((a, st, why) for a, st, why in hist),
             intents=tuple((i, k, st) for i, k, st in intents),
             runtime={
-                "run_time": run_time(
-                    ((st, a) for a, st, _ in hist), now() if row.state not in FINISHED else None
-                ),
+                "run_time": run_times(
+                    ((job_id, st, a) for a, st, _ in hist),
+                    now() if row.state not in FINISHED else None,
+                ).get(job_id, 0.0),
                 "mechanism": row.mechanism,
                 "attempt": row.attempt,
                 "restarts": row.restarts,
@@ -425,13 +426,43 @@ def _get(s: Session, job_id: int) -> JobRow:
 
 
 def set_state(s: Session, row: JobRow, state: str, reason: str) -> None:
-    """Move a job to ``state`` in the caller's transaction, keeping its history."""
+    """Move a job to ``state`` in the caller's transaction, keeping its history.
+
+    A job that finishes gets what it used stored (:func:`_keep_totals`): its
+    GPUs must have been released (:func:`gctl.store.allocations.release`)
+    before, so that its allocation history is whole.
+    """
     at = now()
     row.state = state
     row.reason = reason
+    s.add(JobStateRow(job_id=row.id, state=state, at=at, reason=reason))
     if state in FINISHED:
         row.end_time = at
-    s.add(JobStateRow(job_id=row.id, state=state, at=at, reason=reason))
+        _keep_totals(s, row)
+
+
+def _keep_totals(s: Session, row: JobRow) -> None:
+    """Store a finished job's running seconds, GPU-seconds, most GPUs and nodes (``gctl acct``).
+
+    Worked out from its state history, the row just added included, and its
+    allocation history, as :func:`gctl.services.acct.finished` works them
+    out for a job finished before they were kept.
+    """
+    s.flush()  # the new state row, read back in its place among the others
+    states = s.execute(
+        select(JobStateRow.job_id, JobStateRow.state, JobStateRow.at)
+        .where(JobStateRow.job_id == row.id)
+        .order_by(JobStateRow.at, JobStateRow.id)
+    ).all()
+    held = s.execute(
+        select(AllocationHistoryRow.node, AllocationHistoryRow.since, AllocationHistoryRow.until)
+        .where(AllocationHistoryRow.job_id == row.id)
+        .order_by(AllocationHistoryRow.id)
+    ).all()
+    ran = [(start, end) for _, start, end in stretches(states)]
+    used = totals(row.gpus, ran, [(since, until) for _, since, until in held])
+    row.run_seconds, row.gpu_seconds, row.gpus_held = used
+    row.nodes_held = hostlists.collect({node for node, _, _ in held}) if held else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,6 +160,14 @@ class JobRow(Base):
     # job stopped unfinished without a checkpoint past it (see gctl.daemon.ends).
     checkpoint_step: Mapped[int | None]
     stalls: Mapped[int] = mapped_column(default=0)
+    # What a finished job used, stored as it finishes (gctl.services.jobs.set_state) for
+    # accounting: its seconds running, its GPU-seconds, the most GPUs it held at once and
+    # the nodes it ran on as one Slurm hostlist. None: unfinished, or it finished before
+    # they were kept (gctl.services.acct works them out from the histories then).
+    run_seconds: Mapped[float | None]
+    gpu_seconds: Mapped[float | None]
+    gpus_held: Mapped[int | None]
+    nodes_held: Mapped[str | None] = mapped_column(Text)
 
     allocations: Mapped[list[AllocationRow]] = relationship(
         back_populates="job", cascade="all, delete-orphan"

@@ -23,7 +23,7 @@ def alembic_config() -> Config:
     from alembic.config import Config
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(files("gctl.store") / "migrations"))
+    cfg.set_main_option("script_location", str(files("gctl.migrations")))
     return cfg
 
 

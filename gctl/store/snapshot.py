@@ -63,7 +63,7 @@ two different sets, an unknown priority...) are left out and described in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,23 +107,6 @@ HELD_STATES = frozenset({"REQUEUE_HOLD"})
 """Store states of jobs that wait for a release: never queued."""
 SUSPENDED_STATES = frozenset({"SUSPENDED", "STOPPED"})
 """Store states of jobs that keep their GPUs without making progress."""
-
-
-def run_time(history: Iterable[tuple[str, float]], at: float | None = None) -> float:
-    """Seconds a job spent running, from its state history ``(state, entered at)`` in order.
-
-    The last stretch, still open, counts up to ``at`` when given (a job
-    running now), else not at all.
-    """
-    total = 0.0
-    last: tuple[str, float] | None = None
-    for state, entered in history:
-        if last is not None and last[0] in RUNNING_STATES:
-            total += max(entered - last[1], 0.0)
-        last = (state, entered)
-    if last is not None and at is not None and last[0] in RUNNING_STATES:
-        total += max(at - last[1], 0.0)
-    return total
 
 
 _PRIORITIES = {"low": Priority.LOW, "normal": Priority.NORMAL, "high": Priority.HIGH}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING"})
 """Store states of jobs running on their GPUs."""
@@ -41,11 +42,26 @@ def stretches(rows: Iterable[tuple[int, str, float]]) -> Iterator[tuple[int, flo
         last_job, last_state, last_at = job_id, state, at
 
 
-def run_times(rows: Iterable[tuple[int, str, float]]) -> dict[int, float]:
-    """Seconds each job spent in closed running stretches, by job id (rows as :func:`stretches`)."""
+def run_times(rows: Iterable[tuple[int, str, float]], at: float | None = None) -> dict[int, float]:
+    """Seconds each job spent running, by job id (rows as :func:`stretches`).
+
+    Closed stretches only, unless ``at`` is given: then a job whose last row
+    entered a running state (it runs now) counts that stretch up to ``at``.
+    """
     ran: dict[int, float] = {}
-    for job_id, start, end in stretches(rows):
+    last: dict[int, tuple[str, float]] = {}
+
+    def rows_seen() -> Iterator[tuple[int, str, float]]:
+        for row in rows:
+            last[row[0]] = (row[1], row[2])
+            yield row
+
+    for job_id, start, end in stretches(rows_seen()):
         ran[job_id] = ran.get(job_id, 0.0) + (end - start)
+    if at is not None:
+        for job_id, (state, entered) in last.items():
+            if state in RUNNING_STATES and at > entered:
+                ran[job_id] = ran.get(job_id, 0.0) + (at - entered)
     return ran
 
 
@@ -85,3 +101,28 @@ def most_at_once(held: Sequence[tuple[float, float]]) -> int:
         count += step
         most = max(most, count)
     return most
+
+
+class Totals(NamedTuple):
+    """What a finished job used, as accounting lists it and the store keeps it in ``jobs``."""
+
+    run_seconds: float
+    gpu_seconds: float
+    gpus: int
+
+
+def totals(
+    asked: int, ran: Sequence[tuple[float, float]], held: Sequence[tuple[float, float]]
+) -> Totals:
+    """A job's running seconds, GPU-seconds and most GPUs at once.
+
+    ``ran`` are its running stretches (:func:`stretches`), ``held`` every
+    interval it held a GPU (:func:`gpu_seconds`). A job with no interval
+    (it never held a GPU, or ended before the history was kept) is taken to
+    have held the ``asked`` GPUs whenever it ran.
+    """
+    elapsed = sum([end - start for start, end in ran])
+    if held:
+        return Totals(elapsed, gpu_seconds(held, ran), most_at_once(held))
+    gpus = asked if ran else 0
+    return Totals(elapsed, gpus * elapsed, gpus)

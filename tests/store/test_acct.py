@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from sitekit import NoContainerSite
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from storekit import node, on_gpus, req
 
 from gctl.daemon import moves
@@ -315,3 +315,54 @@ def test_show_job_of_a_finished_job_says_where_it_ran(
     on_gpus(store, history["running"], "n1", [3], since=time.time())
     running = jobs.show_job(store, history["running"])
     assert (running.view.gpus, running.view.nodes) == (1, ("n1",))
+
+
+def _kept(store: db.Store, job: int) -> tuple[float | None, float | None, int | None, str | None]:
+    with transaction(store.engine, write=False) as s:
+        row = s.get(JobRow, job)
+        assert row is not None
+        return row.run_seconds, row.gpu_seconds, row.gpus_held, row.nodes_held
+
+
+def test_a_job_ended_through_set_state_keeps_its_totals(
+    store: db.Store, history: dict[str, int]
+) -> None:
+    """As the daemon ends a job (GPUs released, then the state), its totals are stored.
+
+    They are those worked out from its histories, which listing still does
+    for the jobs finished before (the ``history`` fixture's, listed beside).
+    """
+    for name in ("n1", "n2"):
+        node(store, name)
+    grown, cancelled, running = jobs.submit(store, [req(1), req(1), req(1)])
+    t = time.time()
+    on_gpus(store, grown, "n1", [0], since=t - 300)
+    with transaction(store.engine, write=True) as s:  # frozen a while: GPU kept, not charged
+        s.add(JobStateRow(job_id=grown, state="SUSPENDED", at=t - 250, reason="test"))
+        s.add(JobStateRow(job_id=grown, state="RUNNING", at=t - 200, reason="test"))
+    on_gpus(store, grown, "n2", [1], since=t - 100)  # grown onto n2, restarted
+    on_gpus(store, running, "n1", [2], since=t - 300)
+    assert _kept(store, grown) == (None, None, None, None)
+    with transaction(store.engine, write=True) as s:
+        row = s.get(JobRow, grown)
+        assert row is not None
+        release(s, grown, time.time())
+        jobs.set_state(s, row, "COMPLETED", "exit 0")
+    jobs.act(store, cancelled, "cancel")  # still pending: cancelled at once, nothing used
+    run_s, gpu_s, gpus, nodes = _kept(store, grown)
+    assert run_s == pytest.approx(250.0, abs=5) and gpu_s == pytest.approx(350.0, abs=10)
+    assert (gpus, nodes) == (2, "n[1-2]")
+    assert _kept(store, cancelled) == (0.0, 0.0, 0, "")
+    assert _kept(store, running) == (None, None, None, None)
+
+    window = {"start": 0.0, "end": time.time() + 1}
+    kept = _listed(store, **window)
+    with transaction(store.engine, write=True) as s:  # as if they had finished before
+        unkept = dict.fromkeys(("run_seconds", "gpu_seconds", "gpus_held", "nodes_held"))
+        s.execute(update(JobRow).values(unkept))
+    worked_out = _listed(store, **window)
+    assert kept == worked_out
+    listed = {r.id: (r.nodes, r.gpus, r.elapsed, r.gpu_hours * HOUR) for r in kept}
+    assert listed[grown] == ("n[1-2]", 2, run_s, gpu_s)
+    assert listed[cancelled] == ("", 0, 0.0, 0.0)
+    assert listed[history["frozen"]] == ("n1", 2, 300.0, pytest.approx(600.0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gctl.store.usage import gpu_seconds, most_at_once, run_times, stretches
+from gctl.store.usage import Totals, gpu_seconds, most_at_once, run_times, stretches, totals
 
 
 def test_stretches_are_the_running_states_to_the_next_row_of_the_same_job() -> None:
@@ -45,6 +45,14 @@ def test_time_before_the_job_runs_on_gpus_it_holds_is_not_charged() -> None:
     assert gpu_seconds([(50.0, 150.0)], []) == 0.0
 
 
+def test_totals_of_a_job_with_history_and_of_one_without() -> None:
+    ran = [(100.0, 200.0), (300.0, 500.0)]
+    assert totals(1, ran, [(100.0, 500.0), (250.0, 500.0)]) == Totals(300.0, 500.0, 2)
+    # no allocation history: the GPUs asked for, whenever it ran; none if it never ran
+    assert totals(3, ran, []) == Totals(300.0, 900.0, 3)
+    assert totals(3, [], []) == Totals(0.0, 0.0, 0)
+
+
 def test_most_at_once_counts_intervals_that_meet_end_to_end_once() -> None:
     assert most_at_once([(0.0, 5.0), (5.0, 10.0)]) == 1  # closed and reopened (a slice)
     assert most_at_once([(0.0, 5.0), (4.0, 10.0)]) == 2
@@ -74,3 +82,16 @@ def test_gpu_seconds_is_the_measure_of_each_interval_within_the_stretches(
         default=0,
     )
     assert most_at_once(held) == at_once
+
+
+def test_run_times_count_a_stretch_still_open_only_when_asked_up_to_when() -> None:
+    rows = [
+        (1, "RUNNING", 100.0),
+        (1, "SUSPENDED", 110.0),
+        (1, "RUNNING", 130.0),  # runs now
+        (2, "RUNNING", 100.0),
+        (2, "COMPLETED", 150.0),
+        (3, "PENDING", 100.0),
+    ]
+    assert run_times(rows) == {1: 10.0, 2: 50.0}
+    assert run_times(rows, at=145.0) == {1: 25.0, 2: 50.0}

@@ -153,3 +153,37 @@ def test_a_users_own_sql_cannot_change_another_users_job(
     assert state == "PENDING"
     bob.dispose()
     alice.dispose()
+
+
+def test_kept_output_is_read_by_its_owner_and_operators_only(
+    pg_store: str, users: dict[str, int]
+) -> None:
+    """A job's output may hold its secrets: the store's tail follows the env's rule."""
+    ran = as_user(
+        ALICE, "--db", _url_as(pg_store, ALICE), "submit", "--parsable", "--image", "i", "--", "t"
+    )
+    job = int(ran.out)
+    with db.connect(pg_store).engine.begin() as conn:  # as the daemon keeps it
+        conn.execute(
+            text(
+                "INSERT INTO job_outputs (job_id, attempt, node, path, bytes, tail, saved_at)"
+                " VALUES (:j, 0, 'gpu01', '/w/output-a0.log', 12, 'token=s3cret', 0)"
+            ),
+            {"j": job},
+        )
+    for role, seen in ((ALICE, ["token=s3cret"]), (BOB, []), (CAROL, ["token=s3cret"])):
+        engine = create_engine(_url_as(pg_store, role))
+        with engine.begin() as conn:
+            tails = list(conn.scalars(text("SELECT tail FROM job_outputs")))
+        engine.dispose()
+        assert tails == seen, role
+    bob = create_engine(_url_as(pg_store, BOB))
+    with bob.begin() as conn, pytest.raises(sa.exc.ProgrammingError, match="permission denied"):
+        conn.execute(
+            text(
+                "INSERT INTO job_outputs (job_id, attempt, node, path, bytes, tail, saved_at)"
+                " VALUES (:j, 1, 'gpu01', '/x', 1, 'forged', 0)"
+            ),
+            {"j": job},
+        )
+    bob.dispose()

@@ -36,11 +36,17 @@ def wheel_names(wheel: Path) -> set[str]:
     return set(zipfile.ZipFile(wheel).namelist())
 
 
-def test_wheel_contains_every_migration(wheel_names: set[str]) -> None:
-    versions = REPO / "gctl" / "store" / "migrations" / "versions"
-    expected = {f"gctl/store/migrations/versions/{p.name}" for p in versions.glob("*.py")}
+def test_wheel_contains_every_migration_and_every_package(wheel_names: set[str]) -> None:
+    """The top-level migrations/ ships as gctl.migrations; no package of gctl is left out."""
+    versions = REPO / "migrations" / "versions"
+    expected = {f"gctl/migrations/versions/{p.name}" for p in versions.glob("*.py")}
     assert expected and expected <= wheel_names
-    assert {"gctl/store/migrations/env.py", "gctl/store/migrations/script.py.mako"} <= wheel_names
+    assert {"gctl/migrations/env.py", "gctl/migrations/script.py.mako"} <= wheel_names
+    packages = {
+        f"{p.parent.relative_to(REPO).as_posix()}/__init__.py"
+        for p in (REPO / "gctl").rglob("__init__.py")
+    }
+    assert packages <= wheel_names
 
 
 def test_wheel_installs_man_pages_and_completions(wheel_names: set[str]) -> None:

@@ -1,7 +1,9 @@
 """Accounting, time limits and kept output.
 
-``jobs`` gains ``time_limit`` (seconds of running allowed; None: none) and
-an index on ``end_time`` (accounting selects finished jobs by it).
+``jobs`` gains ``time_limit`` (seconds of running allowed; None: none), an
+index on ``end_time`` (accounting selects finished jobs by it) and what a
+job used, stored when it finishes (``run_seconds``, ``gpu_seconds``,
+``gpus_held``, ``nodes_held``; None for jobs that finished before).
 ``allocation_history``: every GPU a job held and for how long, written
 when an allocation ends, readable by everyone (as ``allocations`` is).
 ``job_outputs``: where each attempt's output was saved on its node, with a
@@ -34,6 +36,10 @@ def upgrade() -> None:
     """Apply this revision."""
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("time_limit", sa.Double(), nullable=True))
+        batch.add_column(sa.Column("run_seconds", sa.Double(), nullable=True))
+        batch.add_column(sa.Column("gpu_seconds", sa.Double(), nullable=True))
+        batch.add_column(sa.Column("gpus_held", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("nodes_held", sa.Text(), nullable=True))
         batch.create_index("ix_jobs_end_time", ["end_time"])
     op.create_table(
         "allocation_history",
@@ -91,4 +97,8 @@ def downgrade() -> None:
     op.drop_table("allocation_history")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index("ix_jobs_end_time")
+        batch.drop_column("nodes_held")
+        batch.drop_column("gpus_held")
+        batch.drop_column("gpu_seconds")
+        batch.drop_column("run_seconds")
         batch.drop_column("time_limit")
