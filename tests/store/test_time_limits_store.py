@@ -22,6 +22,10 @@ def test_a_limit_is_stored_listed_and_counted_over_running_stretches_only(
     )
     listed = queue.queue(store)
     assert listed.time_limit == [20.0, 60.0, None]
+    picked = queue.queue(store, ids={unlimited, limited})  # squeue -j
+    assert (picked.id, picked.job_class) == ([limited, unlimited], ["production"] * 2)
+    assert picked.sorted_by("l", T).id == [limited, unlimited]  # no limit: the longest
+    assert picked.sorted_by("-l", T).id == [unlimited, limited]
     assert jobs.show_job(store, limited).spec["time_limit"] == 20.0
     on_gpus(store, limited, "n1", [0], since=T)
     on_gpus(store, other, "n1", [1], since=T)
