@@ -157,3 +157,9 @@ $GCTL why "${PACKED:-$LIGHT}"
 echo
 echo "+ gctl show job $ELASTIC    # the elastic job"
 $GCTL show job "$ELASTIC"
+echo
+echo "+ gctl logs $ELASTIC -n 3    # its output, kept on its node when its container went"
+$GCTL logs "$ELASTIC" -n 3 || echo "(its output is not kept yet)"
+echo
+echo "+ gctl acct -a    # what each job used, as sacct (GPU-hours while running)"
+$GCTL acct -a
