@@ -3,8 +3,10 @@
 Docker forgets a container's output with the container. Before gctl
 removes one of a job's containers (:meth:`gctl.daemon.site.Site.remove`),
 the host agent's ``keep-output`` mode saves ``docker logs`` of it as
-``output-a<attempt>.log`` in the attempt's job directory, the job user's
-(its last :attr:`OutputOptions.max_bytes`), and the last
+``output-a<attempt>.log`` in the job's directory (``jobs/<job>/``, beside
+its attempt directories, which are pruned as attempts come and go; the
+daemon's, mode 0600: the job's user cannot swap it for a link), its last
+:attr:`OutputOptions.max_bytes`, and the last
 :attr:`OutputOptions.tail_lines` lines go into the store (``job_outputs``),
 so ``gctl logs`` still has something to show when the node is away.
 After :attr:`OutputOptions.keep_days` the daemon forgets it (:func:`prune`):
@@ -53,7 +55,7 @@ class OutputOptions:
 
 
 def file_name(attempt: int) -> str:
-    """The file an attempt's output is kept in, in its job directory."""
+    """The file an attempt's output is kept in, in the job's directory on the node."""
     return f"output-a{attempt}.log"
 
 
@@ -67,7 +69,7 @@ def keep(
     request = {
         "docker": hostops.docker_argv(node),
         "container": c.id,
-        "dir": hostops.job_dir(node, sid, job_id, attempt),
+        "dir": hostops.job_base(node, sid, job_id),
         "name": file_name(attempt),
         "max_bytes": options.max_bytes,
         "tail_lines": options.tail_lines,

@@ -51,9 +51,9 @@ and a JSON answer on stdout:
     through a link the user left there.
 ``keep-output``
     Saves a container's output before it is removed: ``docker logs`` into a
-    file of its job directory (the last ``max_bytes`` of it), written as
-    ``split-set`` writes; answers the file's path, the output's size and
-    its last lines.
+    file of ``dir`` (the job's directory; the last ``max_bytes`` of it),
+    written as ``split-set`` writes; answers the file's path, the output's
+    size and its last lines.
 ``forget-jobs``
     Removes the job directories of jobs that ended long ago (the daemon's
     ``--output-keep``), kept output and checkpoints with them.
@@ -455,7 +455,7 @@ def forget_jobs(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def keep_output(request: dict[str, Any]) -> dict[str, Any]:
-    """The ``keep-output`` mode: a container's output saved as a file of its job directory.
+    """The ``keep-output`` mode: a container's output saved as a file in ``dir``.
 
     Reads ``docker logs`` of ``container`` (stdout and stderr in the order
     the engine gives them) and keeps its last ``max_bytes`` in ``name``

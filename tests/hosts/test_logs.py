@@ -140,7 +140,7 @@ def test_follow_streams_stdout_and_stderr_until_the_job_ends(
     doc = json.loads(out)
     assert doc["kept"] is True and len(doc["lines"]) == 3 and doc["notes"] == []
     # The file gone from the node: the last lines the store kept, and a note saying so.
-    pattern = f"{node}/work/stores/{store_id(host_store.engine)}/jobs/{job}/a0/output-a0.log"
+    pattern = f"{node}/work/stores/{store_id(host_store.engine)}/jobs/{job}/output-a0.log"
     files = list(Path(testhosts.env()["dir"]).glob(pattern))
     assert len(files) == 1 and files[0].stat().st_size > 0
     files[0].unlink()
@@ -153,7 +153,7 @@ def test_follow_streams_stdout_and_stderr_until_the_job_ends(
     with Pool() as pool:
         sid = store_id(host_store.engine)
         assert output.prune(pool, host_store, sid, older_than=time.time() + 1) == [job]
-    assert not files[0].parent.parent.exists()
+    assert not files[0].parent.exists()
     code, out, err = run("logs", str(job))
     assert (code, out) == (1, "")  # ended a moment ago: it says the output may yet come
     assert err == f"gctl: error: job {job} ended just now: its output is still being kept\n"
