@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("clean_hosts")
 def test_a_job_over_its_gpu_memory_limit_is_stopped_and_one_within_it_is_never_touched(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
-    steps = ("--steps", "400", "--step-time", "0.1")
+    steps = ("--steps", "200", "--step-time", "0.1")
     over = submit(host_store, *steps, gpu_mem="4G", env=["GCTL_EMULATED_GPU_MEM=6000"])
     within = submit(host_store, *steps, gpu_mem="4G", env=["GCTL_EMULATED_GPU_MEM=3000"])
     start_daemon(host_store, heartbeat_every=5.0)
