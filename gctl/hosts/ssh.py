@@ -12,6 +12,7 @@ ProxyCommand).
 from __future__ import annotations
 
 import json
+import logging
 import select
 import shlex
 import socket
@@ -33,6 +34,12 @@ COMMAND_TIMEOUT = 60.0
 """Default seconds a remote command may run."""
 KEEPALIVE = 15
 """Seconds between SSH keepalives on an idle pooled connection."""
+
+# paramiko's transport thread logs a failed handshake (a port that is not SSH, a host that
+# hangs up) as an ERROR with two tracebacks, and with no handler Python prints them on
+# stderr: 21 lines per node before gctl's own one-line error for it. Every such failure
+# reaches gctl as the exception it maps to a HostError, so its log says nothing more.
+logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 
 
 class HostError(Exception):
