@@ -56,7 +56,7 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The families with their values, read in one read transaction."""
-        up, nodes, height, gpus, allocated, oversubscribed, jobs = _families()
+        up, nodes, height, node_up, seen, gpus, allocated, oversubscribed, jobs = _families()
         try:
             with transaction(self.store.engine, write=False) as s:
                 views = node_views.views(s, node_views.named_rows(s, None), detail=False)
@@ -78,6 +78,9 @@ class StoreCollector(Collector):
         for v in views:
             by_state[v.state] = by_state.get(v.state, 0) + 1
             height.add_metric([v.name], v.height)
+            node_up.add_metric([v.name], 1 if v.responding else 0)
+            if v.last_seen is not None:
+                seen.add_metric([v.name], v.last_seen)
         for state, n in by_state.items():
             nodes.add_metric([state], n)
         gpus.add_metric([], sum(v.gpus_total for v in views))
@@ -85,7 +88,7 @@ class StoreCollector(Collector):
         oversubscribed.add_metric([], over)
         for state, n in (dict.fromkeys(STATE_CODES, 0) | job_counts).items():
             jobs.add_metric([state], n)
-        yield from (up, nodes, height, gpus, allocated, oversubscribed, jobs)
+        yield from (up, nodes, height, node_up, seen, gpus, allocated, oversubscribed, jobs)
 
 
 def _families() -> tuple[GaugeMetricFamily, ...]:
@@ -98,6 +101,16 @@ def _families() -> tuple[GaugeMetricFamily, ...]:
         GaugeMetricFamily(
             "gctl_node_height",
             "GPUs held by jobs on the node (a shared GPU counts once per job) / GPUs of the node",
+            labels=["node"],
+        ),
+        GaugeMetricFamily(
+            "gctl_node_up",
+            "1 while the node answers the daemon, 0 once it did not (node ls shows it with *)",
+            labels=["node"],
+        ),
+        GaugeMetricFamily(
+            "gctl_node_last_seen_seconds",
+            "When the node last answered the daemon (UTC epoch seconds): alert on time() - it",
             labels=["node"],
         ),
         GaugeMetricFamily("gctl_gpus", "GPUs of all nodes"),

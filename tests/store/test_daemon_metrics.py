@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
 from storekit import node, on_gpus, req
 
 from gctl.daemon.metrics import DaemonMetrics, MetricsServer, parse_address, serve
 from gctl.services import db, jobs, nodes
+from gctl.store.engine import transaction
+from gctl.store.models import NodeRow
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -69,6 +73,15 @@ def test_scrapes_follow_the_store(
     assert value(now, "gctl_gpus_allocated") == 2
     assert value(now, "gctl_gpus_oversubscribed") == 1
     assert by_label(now, "gctl_node_height", "node") == {"a1": 0.75, "a2": 0.0}
+    assert by_label(now, "gctl_node_up", "node") == {"a1": 0, "a2": 0}  # never answered
+    assert by_label(now, "gctl_node_last_seen_seconds", "node") == {}
+    with transaction(store.engine, write=True) as s:  # a1 answers a heartbeat
+        a1 = s.scalar(select(NodeRow).where(NodeRow.name == "a1"))
+        assert a1 is not None
+        a1.last_seen, a1.last_error = time.time(), None
+    seen = scrape(server)
+    assert by_label(seen, "gctl_node_up", "node") == {"a1": 1, "a2": 0}
+    assert time.time() - value(seen, "gctl_node_last_seen_seconds", node="a1") < 60
     states = by_label(now, "gctl_nodes", "state")
     assert states == {"idle": 0, "mix": 1, "alloc": 0, "drng": 0, "drain": 1, "down": 0}
     job_states = by_label(now, "gctl_jobs", "state")
