@@ -35,6 +35,8 @@ def node_cache_dir(work_dir: str | None, cache_dir: str | None) -> str:
     return cache_dir or f"{work_dir or DEFAULT_WORK_DIR}/datasets"
 
 
+EVENTS_KEEP_DAYS = 90
+"""Days of events the daemon keeps unless the site says otherwise."""
 PRIORITIES = ("low", "normal", "high")
 """Job priorities, lowest first."""
 
@@ -56,9 +58,10 @@ KNOWN: dict[str, dict[str, type]] = {
         "memory_limit_mb": int,
     },
     "limits": _LIMITS,
+    "events": {"keep_days": int},
 }
 """Sections, keys and value types a config file may hold (besides ``[users.NAME]``)."""
-SITE_SECTIONS = frozenset({"security", "limits", "users"})
+SITE_SECTIONS = frozenset({"security", "limits", "users", "events"})
 """Sections of the site's policy: read from the system config only."""
 NETWORKS = ("host", "bridge", "none")
 """Network modes a job container may be given."""
@@ -214,6 +217,8 @@ class SitePolicy:
     memory_limit_mb: int | None = None
     defaults: Limits = Limits()
     users: Mapping[str, Limits] = field(default_factory=dict)
+    events_keep_days: int = EVENTS_KEEP_DAYS
+    """Days the daemon keeps events (``[events] keep_days``; 0: forever)."""
 
     def limits_for(self, user: str) -> Limits:
         """The limits of ``user``: their own table, else the defaults."""
@@ -248,12 +253,21 @@ def site_policy() -> SitePolicy:
         network=network,
         pids_limit=security.get("pids_limit", 32768),
         memory_limit_mb=security.get("memory_limit_mb"),
+        events_keep_days=_keep_days(path, data.get("events", {})),
         defaults=_limits(path, "limits", data.get("limits", {}), Limits()),
         users={
             name: _limits(path, f"users.{name}", table, Limits())
             for name, table in data.get("users", {}).items()
         },
     )
+
+
+def _keep_days(path: Path, events: Mapping[str, Any]) -> int:
+    """``[events] keep_days``: a whole number of days from 0 (forever)."""
+    days = events.get("keep_days", EVENTS_KEEP_DAYS)
+    if days < 0:
+        raise ConfigError(f"{path}: [events] keep_days must be 0 (forever) or more")
+    return int(days)
 
 
 def _limits(path: Path, where: str, table: Mapping[str, Any], base: Limits) -> Limits:

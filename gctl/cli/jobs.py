@@ -414,9 +414,11 @@ def events_cmd(
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """The event log: who did what, when and why."""
+    """The event log: who did what, when and why (gctl events prune: its retention)."""
     from gctl.services import events
 
+    if ctx.invoked_subcommand is not None:
+        return
     if node is not None:
         check_text(node, "--node")
     start = parse_time(since, time.time(), "--since") if since else None
@@ -437,6 +439,33 @@ def events_cmd(
             if stop.wait(FOLLOW_EVERY_S):
                 return
             rows = events.list_events(s, job_id=job, node=node, after=last)
+
+
+def events_prune(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Delete the events before then: 90d, 2026-01-01, now-30days.",
+            metavar="TIME",
+        ),
+    ],
+    json_out: JsonOpt = False,
+) -> None:
+    """Delete events older than a time (operators only).
+
+    The daemon applies the same retention on its own, past the site's
+    [events] keep_days (default 90; 0: forever).
+    """
+    from gctl.services import events
+
+    before = parse_time(older_than, time.time(), "--older-than")
+    gone = events.prune(store(ctx), before)
+    if json_out:
+        render.emit_json({"deleted": gone})
+    else:
+        render.message(f"{gone} event(s) deleted")
 
 
 def defrag(

@@ -74,7 +74,7 @@ from gctl.daemon.throttles import Pair, Throttles
 from gctl.daemon.watch import JobHere, Watch
 from gctl.hosts.engine import container_name
 from gctl.hosts.ssh import Pool
-from gctl.services import hostops
+from gctl.services import events, hostops
 from gctl.services.db import Store
 from gctl.services.queue import ON_GPUS
 from gctl.store.engine import transaction
@@ -84,7 +84,7 @@ from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, NodeRow,
 log = logging.getLogger("gctl.daemon")
 
 PRUNE_EVERY = 3600.0
-"""Seconds between two passes forgetting the kept output of jobs that ended long ago."""
+"""Seconds between two passes forgetting what is past its retention (kept output, events)."""
 
 Held = tuple[int, int, str, str, str, Any, int]
 """A job on GPUs, per GPU: id, attempt, node, class, state, operation, GPU id."""
@@ -325,13 +325,9 @@ class _Loop:
                 ),
             )
             _step("balance", self._balance)
-        keep = cfg.output.keep_days
-        if keep > 0 and at >= self.due["prune"]:
+        if at >= self.due["prune"]:
             self.due["prune"] = at + PRUNE_EVERY
-            self.inflight.submit(
-                "forgetting old jobs' kept output",
-                partial(output.prune, site.pool, site.store, site.store_id, at - keep * 86400),
-            )
+            self._prune(at)
         idle = self._dcgm is None or self._dcgm.future.done()
         if cfg.dcgm_dir and at >= self.due["dcgm"] and idle:
             self.due["dcgm"] = at + cfg.heartbeat_every
@@ -339,6 +335,18 @@ class _Loop:
             self._dcgm = self.inflight.submit(
                 "dcgm job mapping", lambda: dcgm.sync(site.store, site.pool, directory)
             )
+
+    def _prune(self, at: float) -> None:
+        """Forget what is past its retention: old jobs' kept output, and old events."""
+        site, keep = self.site, self.cfg.output.keep_days
+        if keep > 0:
+            self.inflight.submit(
+                "forgetting old jobs' kept output",
+                partial(output.prune, site.pool, site.store, site.store_id, at - keep * 86400),
+            )
+        days = site.policy.events_keep_days
+        if days > 0:
+            _step("prune-events", lambda: events.prune_before(site.store, at - days * 86400))
 
     def _time_limits(self) -> None:
         """Stop the running jobs past their ``--time`` (:mod:`gctl.daemon.timelimits`)."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gctl.config import site_policy
 from gctl.identity import who
+from gctl.services import access
 from gctl.services.db import Store
 from gctl.store.engine import transaction
 from gctl.store.models import EventRow, now, utc
@@ -42,6 +43,25 @@ def record(
             data=data or {},
         )
     )
+
+
+def prune(store: Store, before: float) -> int:
+    """Delete the events recorded before ``before`` (epoch seconds); how many. Operators only.
+
+    The log is append-only otherwise: this is its retention (``gctl events
+    prune``, and the daemon past the site's ``[events] keep_days``).
+    """
+    access.operator_only(store, "gctl events prune")
+    return prune_before(store, before)
+
+
+def prune_before(store: Store, before: float) -> int:
+    """:func:`prune` without the caller's check: for the daemon, which holds the store."""
+    with transaction(store.engine, write=True) as s:
+        old = EventRow.at < before
+        count = s.scalar(select(func.count()).select_from(EventRow).where(old)) or 0
+        s.execute(delete(EventRow).where(old))
+        return int(count)
 
 
 @dataclass(frozen=True, slots=True)
