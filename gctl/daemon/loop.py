@@ -83,6 +83,8 @@ from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, NodeRow,
 
 log = logging.getLogger("gctl.daemon")
 
+FIRST_PRUNE = 60.0
+"""Seconds after start before the first prune: a daemon restarted often still prunes."""
 PRUNE_EVERY = 3600.0
 """Seconds between two passes forgetting what is past its retention (kept output, events)."""
 
@@ -269,7 +271,7 @@ class _Loop:
             "reconcile": at + self.cfg.reconcile_every,
             "introspect": at + self.cfg.introspect_every,
             "dcgm": at,
-            "prune": at + PRUNE_EVERY,
+            "prune": at + FIRST_PRUNE,
         }
         self._dcgm: Work | None = None
         self._nodes: dict[str, NodeRow] = {}
