@@ -498,7 +498,6 @@ class _Records:
     def __init__(self, snap: Snapshot, at: float) -> None:
         self.snap = snap
         self.at = at
-        self.user = events.current_user()
         self.updates: dict[int, dict[str, Any]] = {}
         self.allocations: list[dict[str, Any]] = []
         self.shared: dict[str, set[int]] = {}
@@ -541,7 +540,6 @@ class _Records:
         self.events.append(
             {
                 "at": self.at,
-                "user": self.user,
                 "kind": kind,
                 "job_id": job,
                 "node": None,
@@ -562,7 +560,8 @@ class _Records:
         for mode, gpu_ids in self.shared.items():
             share_gpus(conn, gpu_ids, mode)
         _executemany(conn, insert(JobStateRow), self.history)
-        _executemany(conn, insert(EventRow), self.events)
+        user = events.author(s)
+        _executemany(conn, insert(EventRow), [{**e, "user": user} for e in self.events])
 
 
 def _batched(d: Decision) -> bool:

@@ -20,7 +20,6 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gctl.daemon import DAEMON_USER
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import datacache, events, hostops
@@ -127,4 +126,4 @@ class Fills:
 
     def _event(self, job_id: int, node: str, kind: str, message: str, data: dict[str, Any]) -> None:
         with transaction(self.store.engine, write=True) as s:
-            events.record(s, kind, message, job_id=job_id, node=node, user=DAEMON_USER, data=data)
+            events.record(s, kind, message, job_id=job_id, node=node, data=data)

@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from gctl.daemon import DAEMON_USER
 from gctl.daemon.ends import end_now
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site
@@ -123,7 +122,7 @@ def stop(site: Site, due: Iterable[Excess], inflight: Inflight) -> list[int]:
                 "node": excess.node,
             }
             message = f"job {row.id} failed: {excess.reason} on {excess.node}"
-            events.record(s, "job.end", message, job_id=row.id, user=DAEMON_USER, data=data)
+            events.record(s, "job.end", message, job_id=row.id, data=data)
             stopped.append((row.id, nodes))
     for job_id, nodes in stopped:
         inflight.submit(

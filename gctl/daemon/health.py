@@ -36,6 +36,7 @@ class Heartbeat:
         self.timeout = timeout
         self.answer_within = answer_within
         self._failing_since: dict[str, float] = {}
+        self._failed_looks: dict[str, int] = {}
 
     def record(
         self, site: Site, seen: list[Observation], overdue: Mapping[str, float], at: float
@@ -44,11 +45,16 @@ class Heartbeat:
         answers = {o.node: o for o in seen}
         for name, late in overdue.items():
             self._failing_since.setdefault(name, at - late)
+        outages: dict[str, tuple[float, int]] = {}
         for o in seen:
             if o.error is None:
-                self._failing_since.pop(o.node, None)
+                since = self._failing_since.pop(o.node, None)
+                looks = self._failed_looks.pop(o.node, 0)
+                if since is not None:
+                    outages[o.node] = (o.began - since, looks)
             else:
                 self._failing_since.setdefault(o.node, o.began)
+                self._failed_looks[o.node] = self._failed_looks.get(o.node, 0) + 1
         if not answers and not self._failing_since:
             return []
         down: list[str] = []
@@ -57,7 +63,7 @@ class Heartbeat:
             for row in s.scalars(select(NodeRow).where(NodeRow.name.in_(names))):
                 got = answers.get(row.name)
                 if got is not None and got.error is None:
-                    self._answered(s, row, got)
+                    self._answered(s, row, got, outages.get(row.name))
                     continue
                 why = got.error if got is not None else f"no answer within {self.answer_within:g}s"
                 if got is not None or row.last_error is None:
@@ -67,17 +73,28 @@ class Heartbeat:
                     text = f"{NOT_RESPONDING} for {at - since:.0f}s: {row.last_error}"
                     nodes.mark(row, "down", text, DAEMON_USER, at)
                     message = f"node {row.name} down: {text}"
-                    events.record(s, "node.down", message, node=row.name, user=DAEMON_USER)
+                    events.record(s, "node.down", message, node=row.name)
                     down.append(row.name)
         return down
 
-    def _answered(self, s: Session, row: NodeRow, got: Observation) -> None:
-        """A node that answered: seen now, and back in service if the daemon had marked it down."""
+    def _answered(
+        self, s: Session, row: NodeRow, got: Observation, outage: tuple[float, int] | None
+    ) -> None:
+        """A node that answered: seen now, and back in service if the daemon had marked it down.
+
+        ``outage``: how long it had not answered and how many looks failed
+        meanwhile, when this daemon saw it start; the one event of its return
+        says so, as ``node.down`` was the one event of its start.
+        """
         row.last_seen, row.last_error = got.began, None
         if row.admin_state == "down" and _marked_by_daemon(row):
             nodes.mark(row, "up", None, DAEMON_USER, got.began)
-            text = f"node {row.name} answers again"
-            events.record(s, "node.up", text, node=row.name, user=DAEMON_USER)
+            text, data = f"node {row.name} answers again", {}
+            if outage is not None:
+                seconds, looks = outage
+                text += f" after {seconds:.0f}s not responding ({looks} failed looks)"
+                data = {"seconds": round(seconds, 1), "failed_looks": looks}
+            events.record(s, "node.up", text, node=row.name, data=data)
 
 
 def _marked_by_daemon(row: NodeRow) -> bool:

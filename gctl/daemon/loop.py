@@ -31,6 +31,7 @@ on a host cut off from it, and they restart from their checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -51,6 +52,7 @@ from gctl.core.opportunistic import Sharing, WithGuests
 from gctl.core.policy import Policy
 from gctl.core.tgs import RateControl
 from gctl.daemon import (
+    DAEMON_USER,
     dcgm,
     ends,
     gpumem,
@@ -77,7 +79,7 @@ from gctl.hosts.ssh import Pool
 from gctl.services import events, hostops
 from gctl.services.db import Store
 from gctl.services.queue import ON_GPUS
-from gctl.store.engine import transaction
+from gctl.store.engine import acting_as, transaction
 from gctl.store.health import StoreBroken, StoreHealth
 from gctl.store.models import AllocationRow, GpuRow, IntentRow, JobRow, NodeRow, now
 
@@ -195,7 +197,8 @@ class Daemon:
         else:
             epoch = lease.acquire(self.store, lease=cfg.lease)
         self.epoch = epoch
-        store = lease.fenced(self.store, epoch, lease=cfg.lease)
+        fenced = lease.fenced(self.store, epoch, lease=cfg.lease)
+        store = dataclasses.replace(fenced, engine=acting_as(fenced.engine, DAEMON_USER))
         health = StoreHealth(store)
         try:
             health.check()

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import update
 
 from gctl.core.tgs import Phase, RateControl, RateState
-from gctl.daemon import DAEMON_USER, jobfiles
+from gctl.daemon import jobfiles
 from gctl.daemon.watch import Observation
 from gctl.services import events
 from gctl.services.db import Store
@@ -150,9 +150,7 @@ class Throttles:
                     "rate": state.rate,
                 }
                 text = f"job {pair.guest} throttled {why}"
-                events.record(
-                    s, "job.throttle", text, job_id=pair.guest, user=DAEMON_USER, data=data
-                )
+                events.record(s, "job.throttle", text, job_id=pair.guest, data=data)
         return len(notes)
 
     def gauges(self) -> list[tuple[int, int, str, float, float | None]]:

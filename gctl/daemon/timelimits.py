@@ -20,7 +20,6 @@ from functools import partial
 
 from sqlalchemy import select
 
-from gctl.daemon import DAEMON_USER
 from gctl.daemon.ends import end_now
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site, job_gpus
@@ -102,7 +101,7 @@ def stop(site: Site, due: Iterable[Expired], inflight: Inflight) -> list[int]:
                 f" of running; asked to checkpoint, stopped within {site.grace:g} s"
             )
             data = {"attempt": job.attempt, "limit": job.limit, "ran": job.ran}
-            events.record(s, "job.end", message, job_id=row.id, user=DAEMON_USER, data=data)
+            events.record(s, "job.end", message, job_id=row.id, data=data)
             stopped.append((row.id, job.attempt, nodes, gpus))
     for job_id, attempt, nodes, gpus in stopped:
         inflight.submit(

@@ -12,13 +12,18 @@ from gctl.config import site_policy
 from gctl.identity import who
 from gctl.services import access
 from gctl.services.db import Store
-from gctl.store.engine import transaction
+from gctl.store.engine import actor, transaction
 from gctl.store.models import EventRow, now, utc
 
 
 def current_user() -> str:
     """The user a command acts for: the system's word (:mod:`gctl.identity`)."""
     return who(site_policy().admin_group).name
+
+
+def author(session: Session) -> str:
+    """Who the events of ``session`` are recorded as: its engine's actor, else the caller."""
+    return actor(session) or current_user()
 
 
 def record(
@@ -31,11 +36,15 @@ def record(
     user: str | None = None,
     data: dict[str, Any] | None = None,
 ) -> None:
-    """Append one event in the caller's transaction."""
+    """Append one event in the caller's transaction.
+
+    Its user is ``user``, else the one the session's engine acts as (the
+    daemon's: :func:`gctl.store.engine.acting_as`), else the caller's.
+    """
     session.add(
         EventRow(
             at=now(),
-            user=user or current_user(),
+            user=user or author(session),
             kind=kind,
             job_id=job_id,
             node=node,

@@ -35,6 +35,26 @@ written.
 """
 
 
+ACTOR = "gctl_actor"
+"""Execution option: the user the events written through this engine are recorded as.
+
+The daemon's store carries ``gctl-daemon`` (:func:`acting_as`), so what the
+daemon does is its own in the event log, whichever OS user runs it; the
+events it records for a user's request still name that user.
+"""
+
+
+def acting_as(engine: Engine, user: str) -> Engine:
+    """``engine`` whose sessions record their events as ``user`` unless told otherwise."""
+    return engine.execution_options(**{ACTOR: user})
+
+
+def actor(session: Session) -> str | None:
+    """The user the session's engine records events as (:func:`acting_as`); None when unset."""
+    value = session.get_bind().get_execution_options().get(ACTOR)
+    return value if isinstance(value, str) else None
+
+
 class StoreError(Exception):
     """The store cannot be reached or used (bad URL, missing database, no permission)."""
 

@@ -9,6 +9,7 @@ queue.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -91,7 +92,10 @@ def test_a_stopped_docker_engine_never_marks_an_unfinished_job_completed(
 def test_a_cut_off_host_does_not_run_its_jobs_twice_and_loses_none(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
-    """Item 2: the jobs of a host cut off ran again elsewhere while still running there."""
+    """Item 2: the jobs of a host cut off ran again elsewhere while still running there.
+
+    The cut lasts three node timeouts, or ``$GCTL_OUTAGE_SECONDS`` (``bench/outage.py``).
+    """
     timeout = 4.0
     ids = [
         submit(host_store, "--steps", "300", "--step-time", "0.05", "--checkpoint-every", "20")
@@ -119,6 +123,7 @@ def test_a_cut_off_host_does_not_run_its_jobs_twice_and_loses_none(
     assert _live(hosts, host_store, "h2") == []  # killed by h2's own watchdog
     assert longest < timeout + 1.0 + 2.0  # node timeout + one reconcile + observation slack
     assert _node(host_store, "h2").admin_state == "down"
+    time.sleep(max(0.0, float(os.environ.get("GCTL_OUTAGE_SECONDS", "0")) - 3 * timeout))
     testhosts.ssh_start("h2")
     wait(
         "all completed",
@@ -131,7 +136,18 @@ def test_a_cut_off_host_does_not_run_its_jobs_twice_and_loses_none(
     )
     with transaction(host_store.engine, write=False) as s:
         ends = list(s.scalars(select(EventRow.job_id).where(EventRow.kind == "job.end")))
+        about_h2 = list(
+            s.execute(
+                select(EventRow.kind, EventRow.message).where(
+                    (EventRow.node == "h2") | (EventRow.kind == "job.error")
+                )
+            )
+        )
     assert sorted(ends) == sorted(ids)  # each ended once, none FAILED
+    # Issue 25: the outage is one event when it starts and one when it ends, with a count.
+    assert [kind for kind, _ in about_h2] == ["node.add", "node.down", "node.up"], about_h2
+    assert "failed looks)" in about_h2[-1][1]
+    print(f"outage events: {about_h2[1:]}")
 
 
 def test_a_frozen_host_delays_no_start_or_cancel_elsewhere(

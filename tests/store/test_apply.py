@@ -8,6 +8,7 @@ state history and the events, and what a host's refusal leaves.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,13 +22,13 @@ from storekit import node, on_gpus, req
 from gctl.core.decisions import Decision, Place, Queue, Resume, Suspend, Unpack
 from gctl.core.model import GpuRef, ShareMode
 from gctl.core.policies.gandiva import GandivaPolicy
-from gctl.daemon import apply
+from gctl.daemon import DAEMON_USER, apply
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Launch
 from gctl.hosts.ssh import HostError, Pool
 from gctl.services import db, events, jobs, why
-from gctl.store.engine import transaction
+from gctl.store.engine import acting_as, transaction
 from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, JobStateRow, NodeRow
 from gctl.store.snapshot import read
 
@@ -50,11 +51,12 @@ class QuietSite(NoContainerSite):
 def _apply(
     store: db.Store, tmp_path: Path, decide: list[Decision], refuse: Iterable[int] = ()
 ) -> Applied:
-    """Apply ``decide`` on a fresh snapshot, then record the sharing modes."""
+    """Apply ``decide`` on a fresh snapshot, then record the sharing modes (as the daemon does)."""
     snap = read(store.engine, now=time.time())
     inflight = Inflight()
+    daemons = dataclasses.replace(store, engine=acting_as(store.engine, DAEMON_USER))
     with Pool() as pool:
-        site = QuietSite(store, pool, tmp_path / "mirror", refuse)
+        site = QuietSite(daemons, pool, tmp_path / "mirror", refuse)
         applier = Applier(site, snap, lambda kind, seconds: None, inflight)
         applied = applier.apply(decide)
         applier.sync_modes()
@@ -167,8 +169,9 @@ def test_batched_decisions_write_state_history_allocations_and_events(
         assert _events(s, two) == [
             ("job.place", f"job {two} on a2:1,2: two GPUs", {"to": "a2:1,2"})
         ]
-        users = set(s.scalars(select(EventRow.user).where(EventRow.kind != "job.submit")))
-        assert users == {events.current_user()}
+        users = {kind: user for kind, user in s.execute(select(EventRow.kind, EventRow.user))}
+        assert users.pop("job.submit") == users.pop("node.add") == events.current_user()
+        assert set(users.values()) == {DAEMON_USER}  # decisions and refusals are the daemon's
 
 
 def test_a_policy_pass_over_many_batches_records_every_decision(

@@ -17,10 +17,10 @@ from sqlalchemy import select
 from gctl.core.policy import load_policy
 from gctl.daemon.loop import Daemon, DaemonConfig
 from gctl.daemon.metrics import DaemonMetrics
-from gctl.services import db, jobs, specs
+from gctl.services import db, events, jobs, specs
 from gctl.store.engine import transaction
 from gctl.store.health import StoreBroken
-from gctl.store.models import JobRow, NodeRow
+from gctl.store.models import EventRow, JobRow, NodeRow
 
 FAST = {"tick": 0.1, "heartbeat_every": 0.2, "node_timeout": 1.0, "health_every": 0.2}
 
@@ -64,6 +64,10 @@ def test_a_badly_typed_node_is_that_nodes_error_not_the_daemons_exit(
     assert node.last_error and "gpu01..example.com" in node.last_error
     assert node.admin_state == "down"  # never answered for the node timeout
     assert job.state == "PENDING"
+    with transaction(store.engine, write=False) as s:
+        authors = {kind: user for kind, user in s.execute(select(EventRow.kind, EventRow.user))}
+    assert authors["node.down"] == "gctl-daemon"  # the daemon's own doing, whoever runs it
+    assert authors["job.submit"] == events.current_user()
 
 
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
