@@ -243,6 +243,7 @@ class Daemon:
                     lease.check_held(store, epoch)
                 seen = _arrivals(store)
                 loop.tick()
+                self.metrics.ticked(time.monotonic() - started)
                 _wait(store, stop, started + cfg.tick, seen)
             loop.stand_down()
         except StoreBroken:

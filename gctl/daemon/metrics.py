@@ -2,13 +2,17 @@
 
 Each scrape reads the store once, in one read transaction, so every number
 in it comes from the same moment: nodes by state and each node's height
-(exactly as ``gctl node ls`` shows them), GPUs in all, held by a job and
-held by more than one, and jobs by state. The daemon adds its own counts as
-it goes: decisions by kind and how long each took, and for each
-opportunistic job beside a production job its rate limit (beta) and the
-production job's slowdown against its rate alone. When the store cannot be
-read, the scrape still answers, with ``gctl_store_up 0`` and nothing else
-from the store.
+(exactly as ``gctl node ls`` shows them), whether each node answers and
+when it last did, GPUs by state, jobs by current state (the unfinished
+ones: finished jobs only grow, so they are counted as endings since the
+daemon started, a counter), and how long the oldest pending job has
+waited. The daemon adds its own counts as it goes: ticks (when the last
+ended, how long they take), decisions by kind and how long each took, and
+for each opportunistic job beside a production job its rate limit (beta)
+and the production job's slowdown against its rate alone. When the store
+cannot be read, the scrape still answers, with ``gctl_store_up 0`` and
+nothing else from the store. ``contrib/prometheus/gctl-alerts.yml`` has
+alerting rules on these.
 """
 
 from __future__ import annotations
@@ -27,19 +31,25 @@ from prometheus_client import (
     disable_created_metrics,
 )
 from prometheus_client.exposition import start_http_server
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from gctl.services import nodes as node_views
 from gctl.services.db import Store
-from gctl.services.queue import STATE_CODES
+from gctl.services.queue import FINISHED, STATE_CODES
 from gctl.store.engine import transaction
-from gctl.store.models import AllocationRow, JobRow
+from gctl.store.models import AllocationRow, JobRow, now
 
 NODE_STATES = ("idle", "mix", "alloc", "drng", "drain", "down")
 """Every state ``gctl node ls`` shows (without the not-responding ``*``): each always exported."""
+GPU_STATES = ("idle", "allocated", "shared", "unavailable")
+"""``gctl_gpus{state}``: no job, node in service; one job; several; no job, node out of service."""
+OUT_OF_SERVICE = frozenset({"down", "drain", "drng"})
+"""Node states whose free GPUs take no new job."""
+TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Seconds: a tick's budget is one second."""
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Seconds: from a quick placement to a checkpoint move of a large job."""
 
@@ -47,8 +57,10 @@ LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 
 class StoreCollector(Collector):
     """Cluster gauges read from the store at every scrape."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, since: float) -> None:
         self.store = store
+        self.since = since
+        """Jobs that ended from then on are counted in ``gctl_jobs_ended_total``."""
 
     def describe(self) -> Iterator[Metric]:
         """The families this collector exports (so registering it reads nothing)."""
@@ -56,7 +68,8 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The families with their values, read in one read transaction."""
-        up, nodes, height, node_up, seen, gpus, allocated, oversubscribed, jobs = _families()
+        families = _families()
+        up, nodes, height, node_up, seen, gpus, jobs, ended, waited = families
         try:
             with transaction(self.store.engine, write=False) as s:
                 views = node_views.views(s, node_views.named_rows(s, None), detail=False)
@@ -67,31 +80,52 @@ class StoreCollector(Collector):
                     .subquery()
                 )
                 over = s.scalar(select(func.count()).select_from(shared)) or 0
-                counted = s.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
+                unfinished = JobRow.state.not_in(FINISHED)
+                counted = s.execute(
+                    select(JobRow.state, func.count()).where(unfinished).group_by(JobRow.state)
+                )
                 job_counts = {state: n for state, n in counted}
+                endings = s.execute(
+                    select(JobRow.state, func.count())
+                    .where(JobRow.end_time >= self.since, JobRow.state.in_(FINISHED))
+                    .group_by(JobRow.state)
+                )
+                ended_counts = {state: n for state, n in endings}
+                oldest = s.scalar(
+                    select(func.min(JobRow.submit_time)).where(JobRow.state == "PENDING")
+                )
         except SQLAlchemyError:
             up.add_metric([], 0)
             yield up
             return
         up.add_metric([], 1)
         by_state = dict.fromkeys(NODE_STATES, 0)
+        gpu_states = dict.fromkeys(GPU_STATES, 0)
         for v in views:
             by_state[v.state] = by_state.get(v.state, 0) + 1
             height.add_metric([v.name], v.height)
             node_up.add_metric([v.name], 1 if v.responding else 0)
             if v.last_seen is not None:
                 seen.add_metric([v.name], v.last_seen)
+            free = v.gpus_total - v.gpus_used
+            gpu_states["unavailable" if v.state in OUT_OF_SERVICE else "idle"] += free
+            gpu_states["allocated"] += v.gpus_used
+        gpu_states["allocated"] -= over
+        gpu_states["shared"] = over
         for state, n in by_state.items():
             nodes.add_metric([state], n)
-        gpus.add_metric([], sum(v.gpus_total for v in views))
-        allocated.add_metric([], sum(v.gpus_used for v in views))
-        oversubscribed.add_metric([], over)
-        for state, n in (dict.fromkeys(STATE_CODES, 0) | job_counts).items():
-            jobs.add_metric([state], n)
-        yield from (up, nodes, height, node_up, seen, gpus, allocated, oversubscribed, jobs)
+        for state, n in gpu_states.items():
+            gpus.add_metric([state], n)
+        for state in STATE_CODES:
+            if state in FINISHED:
+                ended.add_metric([state], ended_counts.get(state, 0))
+            else:
+                jobs.add_metric([state], job_counts.get(state, 0))
+        waited.add_metric([], 0.0 if oldest is None else max(0.0, now() - oldest))
+        yield from families
 
 
-def _families() -> tuple[GaugeMetricFamily, ...]:
+def _families() -> tuple[GaugeMetricFamily | CounterMetricFamily, ...]:
     """Empty families of the store collector, in the order ``collect`` yields them."""
     return (
         GaugeMetricFamily("gctl_store_up", "1 when this scrape could read the store, else 0"),
@@ -113,10 +147,24 @@ def _families() -> tuple[GaugeMetricFamily, ...]:
             "When the node last answered the daemon (UTC epoch seconds): alert on time() - it",
             labels=["node"],
         ),
-        GaugeMetricFamily("gctl_gpus", "GPUs of all nodes"),
-        GaugeMetricFamily("gctl_gpus_allocated", "GPUs held by at least one job"),
-        GaugeMetricFamily("gctl_gpus_oversubscribed", "GPUs held by more than one job"),
-        GaugeMetricFamily("gctl_jobs", "Jobs by state", labels=["state"]),
+        GaugeMetricFamily(
+            "gctl_gpus",
+            "GPUs by state: idle, allocated (one job), shared (more than one job),"
+            " unavailable (no job, node down or drained)",
+            labels=["state"],
+        ),
+        GaugeMetricFamily(
+            "gctl_jobs", "Unfinished jobs by current state (squeue's states)", labels=["state"]
+        ),
+        CounterMetricFamily(
+            "gctl_jobs_ended",
+            "Jobs that ended since the daemon started, by final state",
+            labels=["state"],
+        ),
+        GaugeMetricFamily(
+            "gctl_pending_oldest_seconds",
+            "How long the longest-waiting pending job has waited (0 when none waits)",
+        ),
     )
 
 
@@ -128,8 +176,19 @@ class DaemonMetrics:
         # doubles what is scraped: the daemon exports none.
         disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
         self.registry = CollectorRegistry()
-        self.registry.register(StoreCollector(store))
+        self.registry.register(StoreCollector(store, since=now()))
         ProcessCollector(registry=self.registry)
+        self._last_tick = Gauge(
+            "gctl_daemon_last_tick_timestamp_seconds",
+            "When the daemon last ended a tick (UTC epoch seconds): alert on time() - it",
+            registry=self.registry,
+        )
+        self._tick = Histogram(
+            "gctl_daemon_tick_seconds",
+            "Seconds a tick of the daemon took (its budget: --tick)",
+            buckets=TICK_BUCKETS,
+            registry=self.registry,
+        )
         self._decisions = Counter(
             "gctl_decisions",
             "Scheduling decisions carried out, by kind",
@@ -157,6 +216,11 @@ class DaemonMetrics:
             pair,
             registry=self.registry,
         )
+
+    def ticked(self, seconds: float) -> None:
+        """A tick ended now, having taken ``seconds``."""
+        self._last_tick.set(now())
+        self._tick.observe(seconds)
 
     def decided(self, kind: str, seconds: float) -> None:
         """Count one decision of ``kind`` that took ``seconds``."""

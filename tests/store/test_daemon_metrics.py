@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from storekit import node, on_gpus, req
 
-from gctl.daemon.metrics import DaemonMetrics, MetricsServer, parse_address, serve
+from gctl.daemon.metrics import GPU_STATES, DaemonMetrics, MetricsServer, parse_address, serve
 from gctl.services import db, jobs, nodes
 from gctl.store.engine import transaction
 from gctl.store.models import NodeRow
@@ -56,7 +56,8 @@ def test_scrapes_follow_the_store(
     _, server = served
     empty = scrape(server)
     assert value(empty, "gctl_store_up") == 1
-    assert value(empty, "gctl_gpus") == 0
+    assert by_label(empty, "gctl_gpus", "state") == dict.fromkeys(GPU_STATES, 0)
+    assert value(empty, "gctl_pending_oldest_seconds") == 0
     assert set(by_label(empty, "gctl_nodes", "state").values()) == {0}
     assert by_label(empty, "gctl_jobs", "state")["PENDING"] == 0
     assert by_label(empty, "gctl_node_height", "node") == {}
@@ -69,9 +70,9 @@ def test_scrapes_follow_the_store(
     nodes.set_admin_state(store, "a2", "drain", "bad fan")
 
     now = scrape(server)
-    assert value(now, "gctl_gpus") == 6
-    assert value(now, "gctl_gpus_allocated") == 2
-    assert value(now, "gctl_gpus_oversubscribed") == 1
+    gpus = by_label(now, "gctl_gpus", "state")
+    assert gpus == {"idle": 2, "allocated": 1, "shared": 1, "unavailable": 2}  # a2 is drained
+    assert 0 <= value(now, "gctl_pending_oldest_seconds") < 60
     assert by_label(now, "gctl_node_height", "node") == {"a1": 0.75, "a2": 0.0}
     assert by_label(now, "gctl_node_up", "node") == {"a1": 0, "a2": 0}  # never answered
     assert by_label(now, "gctl_node_last_seen_seconds", "node") == {}
@@ -85,7 +86,9 @@ def test_scrapes_follow_the_store(
     states = by_label(now, "gctl_nodes", "state")
     assert states == {"idle": 0, "mix": 1, "alloc": 0, "drng": 0, "drain": 1, "down": 0}
     job_states = by_label(now, "gctl_jobs", "state")
-    assert (job_states["RUNNING"], job_states["PENDING"], job_states["FAILED"]) == (2, 1, 0)
+    assert (job_states["RUNNING"], job_states["PENDING"]) == (2, 1)
+    assert "FAILED" not in job_states  # finished jobs are endings, not a gauge that only grows
+    assert set(by_label(now, "gctl_jobs_ended_total", "state").values()) == {0}
     # The same numbers as gctl node ls shows.
     assert [(v.name, v.state, v.height) for v in nodes.list_nodes(store)] == [
         ("a1", "mix", 0.75),
@@ -93,7 +96,10 @@ def test_scrapes_follow_the_store(
     ]
 
     jobs.act(store, waiting, "cancel")
-    assert by_label(scrape(server), "gctl_jobs", "state")["CANCELLED"] == 1
+    after = scrape(server)
+    assert by_label(after, "gctl_jobs_ended_total", "state")["CANCELLED"] == 1
+    assert by_label(after, "gctl_jobs", "state")["PENDING"] == 0
+    assert value(after, "gctl_pending_oldest_seconds") == 0
 
 
 def test_decisions_are_counted_and_timed(served: tuple[DaemonMetrics, MetricsServer]) -> None:
@@ -111,6 +117,12 @@ def test_decisions_are_counted_and_timed(served: tuple[DaemonMetrics, MetricsSer
     assert value(got, f"{latency}_bucket", kind="migrate", le="30.0") == 0
     assert value(got, f"{latency}_bucket", kind="migrate", le="60.0") == 1
     assert not [name for name, _ in got if name.endswith("_created")]  # no start-time twins
+    assert ("gctl_daemon_last_tick_timestamp_seconds", frozenset()) in got
+    metrics.ticked(0.3)
+    ticked = scrape(server)
+    assert time.time() - value(ticked, "gctl_daemon_last_tick_timestamp_seconds") < 60
+    assert value(ticked, "gctl_daemon_tick_seconds_bucket", le="0.25") == 0
+    assert value(ticked, "gctl_daemon_tick_seconds_bucket", le="0.5") == 1
     assert value(got, "process_resident_memory_bytes") > 0
 
 
@@ -123,6 +135,7 @@ def test_a_store_that_cannot_be_read_is_reported_not_raised(tmp_path: Path) -> N
         server.close()
     assert value(got, "gctl_store_up") == 0
     assert not any(name == "gctl_gpus" for name, _ in got)
+    assert not any(name == "gctl_jobs_ended_total" for name, _ in got)
 
 
 def test_addresses() -> None:
