@@ -311,7 +311,10 @@ class Applier:
         for step in done:
             if step.error is not None:
                 self._placed.pop(step.item.job_id, None)
-                self._refused(step.item, str(step.error), permanent=step.error.permanent)
+                error = step.error
+                self._refused(
+                    step.item, str(error), permanent=error.permanent, fails=error.fails_job
+                )
                 out.failed.append((step.item, str(step.error)))
             elif step.skipped:
                 out.deferred.append(step.item)
@@ -457,13 +460,16 @@ class Applier:
                 moves.begin(s, row, kind, dst, mode=self._mode(d.job_id), reason=d.reason)
             return row.id
 
-    def _refused(self, d: Decision, why: str, *, permanent: bool = False) -> None:
+    def _refused(
+        self, d: Decision, why: str, *, permanent: bool = False, fails: bool = False
+    ) -> None:
         """A host refused: the job waits again, with the host's words as its reason.
 
         A placement that failed is undone. Its job is held (Slurm's launch
-        failed hold) when asking again cannot help, and otherwise tried
-        again after a back-off that doubles with every failure in a row, so
-        a job that cannot start never holds up the others.
+        failed hold) when asking again cannot help, fails when it cannot run
+        as submitted (``fails``), and otherwise is tried again after a
+        back-off that doubles with every failure in a row, so a job that
+        cannot start never holds up the others.
         """
         job_id = getattr(d, "job_id", None)
         if job_id is None or job_id not in self.snap.job_ids:
@@ -482,7 +488,7 @@ class Applier:
                     gpus=d.gpus,
                 )
                 release(s, row.id, now())
-                startfail.record(s, row, why, permanent=permanent, at=now())
+                startfail.record(s, row, why, permanent=permanent, fails=fails, at=now())
             events.record(s, "job.error", f"job {row.id}: {why}", job_id=row.id)
 
 

@@ -4,7 +4,10 @@ For each dataset the job names (``--dataset NAME[:/mount]``) the node's
 cache gets an intact copy (:func:`gctl.services.datacache.ensure`: checked,
 else filled from a node this daemon filled before, else from the source),
 and the job gets it mounted read-only. Two jobs starting on one node with the
-same dataset copy it once: the second waits for the first's fill. A copy
+same dataset copy it once: the second waits for the first's fill. Which
+nodes hold which copies (the affinity placement uses, and the nearest
+holder a fill copies from) is read from the nodes' caches when the daemon
+starts, and kept up to date by its fills and evictions. A copy
 that was filled is an event (``dataset.fill``, with bytes and seconds); a
 dataset that cannot be had stops the start (a permanent failure when the
 copy never matches its digest: the job is held with the reason).
@@ -13,20 +16,21 @@ copy never matches its digest: the job is held with the reason).
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 
 from gctl.hosts.mounts import Mount
-from gctl.hosts.ssh import HostError, Pool
+from gctl.hosts.ssh import HostError, Pool, fan_out
 from gctl.services import datacache, events, hostops
 from gctl.services.db import Store
 from gctl.services.specs import dataset_entry
 from gctl.store.engine import transaction
-from gctl.store.models import DatasetRow, NodeRow
+from gctl.store.models import DatasetRow, JobRow, NodeRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,25 @@ class Fills:
         self._guard = threading.Lock()
         self.holders: dict[str, set[str]] = defaultdict(set)
         """Nodes this daemon filled or found with each copy, by key."""
+        self.learned: set[str] = set()
+        """Nodes whose caches :meth:`learn` has read."""
+
+    def learn(self, nodes: Iterable[NodeRow]) -> None:
+        """Read which copies the caches of ``nodes`` hold: a new daemon knows none of them.
+
+        A node that does not answer stays unlearned and is asked again later
+        (:attr:`learned`); a copy filled or found meanwhile is kept either way.
+        """
+        by_name = {n.name: n for n in nodes}
+        targets = [hostops.target(n) for n in by_name.values()]
+        got = fan_out(targets, lambda t: datacache.listing(self.pool, by_name[t.node]))
+        with self._guard:
+            for name, answer in got.items():
+                if isinstance(answer, HostError):
+                    continue
+                for entry in answer.get("entries") or ():
+                    self.holders[str(entry["key"])].add(name)
+                self.learned.add(name)
 
     def cached(self) -> dict[str, frozenset[str]]:
         """The dataset names each node holds a copy of, as far as this daemon knows."""
@@ -101,10 +124,22 @@ class Fills:
                 data = {"dataset": name, "bytes": size, "source": source, "state": "copying"}
                 self._event(job_id, node.name, "dataset.copy", f"job {job_id}: {what}", data)
 
+            shown = _Progress(
+                self.store, job_id, f"copying dataset {name} to {node.name}", row.bytes
+            )
             with self._lock(node.name, dataset.key):
-                filled = datacache.ensure(self.pool, node, dataset, holders, keys, copying)
+                try:
+                    filled = datacache.ensure(
+                        self.pool, node, dataset, holders, keys, copying, shown
+                    )
+                finally:
+                    shown.done()
             with self._guard:
                 self.holders[dataset.key].add(node.name)
+                for gone in filled.evicted:
+                    self.holders[gone].discard(node.name)
+                if holders and filled.source not in (None, holders[0].name):
+                    self.holders[dataset.key].discard(holders[0].name)  # it could not send
             if not filled.cached:
                 self._record(job_id, name, filled)
             src = f"{hostops.cache_dir(node)}/{dataset.key}"
@@ -127,3 +162,51 @@ class Fills:
     def _event(self, job_id: int, node: str, kind: str, message: str, data: dict[str, Any]) -> None:
         with transaction(self.store.engine, write=True) as s:
             events.record(s, kind, message, job_id=job_id, node=node, data=data)
+
+
+PROGRESS_EVERY = 1.0
+"""Seconds between two updates of a fill's progress in its job's reason."""
+
+
+class _Progress:
+    """A fill's bytes so far, shown in its job's reason (``gctl queue``, ``show job``, ``watch``).
+
+    The reason is changed only while it is the one this showed last (or the
+    one it found), so a decision that changed it meanwhile is never
+    overwritten; :meth:`done` puts the reason found back.
+    """
+
+    def __init__(self, store: Store, job_id: int, what: str, total: int) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.what = what
+        self.total = total
+        self.found: str | None = None
+        self.shown: str | None = None
+        self.at = time.monotonic()
+
+    def __call__(self, moved: int) -> None:
+        """Show ``moved`` bytes of the copy, at most every :data:`PROGRESS_EVERY` seconds."""
+        if time.monotonic() - self.at < PROGRESS_EVERY:
+            return
+        self.at = time.monotonic()
+        total = self.total
+        of = f" of {total / 1e6:.0f} MB ({100 * moved / total:.0f}%)" if total else " MB"
+        self._show(f"{self.what}: {moved / 1e6:.0f}{of}")
+
+    def done(self) -> None:
+        """Put the job's reason back as it was before the copy showed on it."""
+        if self.shown is not None:
+            self._show(None)
+
+    def _show(self, text: str | None) -> None:
+        with transaction(self.store.engine, write=True) as s:
+            row = s.get(JobRow, self.job_id)
+            if row is None:
+                return
+            if self.shown is None:
+                self.found = row.reason
+            elif row.reason != self.shown:
+                return  # a decision gave it a reason of its own since
+            row.reason = self.found if text is None else text
+            self.shown = text

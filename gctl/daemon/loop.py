@@ -89,6 +89,8 @@ FIRST_PRUNE = 60.0
 """Seconds after start before the first prune: a daemon restarted often still prunes."""
 PRUNE_EVERY = 3600.0
 """Seconds between two passes forgetting what is past its retention (kept output, events)."""
+CACHES_WAIT = 10.0
+"""Seconds after start that decisions may wait for the first read of the nodes' dataset caches."""
 
 Held = tuple[int, int, str, str, str, Any, int]
 """A job on GPUs, per GPU: id, attempt, node, class, state, operation, GPU id."""
@@ -270,7 +272,7 @@ class _Loop:
         self.watch = watch
         self.inflight = inflight
         self.heartbeat = Heartbeat(self.cfg.node_timeout, self.cfg.deadline)
-        at = now()
+        at = self.started = now()
         self.due = {
             "reconcile": at + self.cfg.reconcile_every,
             "introspect": at + self.cfg.introspect_every,
@@ -278,6 +280,7 @@ class _Loop:
             "prune": at + FIRST_PRUNE,
         }
         self._dcgm: Work | None = None
+        self._learning: Work | None = None
         self._nodes: dict[str, NodeRow] = {}
         lease_s = max(5.0, 5 * self.cfg.control_every)
         control = self.cfg.rate_control
@@ -310,11 +313,12 @@ class _Loop:
         if at >= self.due["reconcile"]:
             self.due["reconcile"] = at + cfg.reconcile_every
             _step("reconcile", lambda: reconcile(site, watch, self.inflight))
+            self._learn_caches()
         elif watch.unreconciled:
             _step("reconcile", lambda: reconcile(site, watch, self.inflight, watch.unreconciled))
         _step("intents", lambda: intents.carry_out(site, self.inflight))
         decided = self.daemon.metrics.decided
-        if watch.settling:  # the first looks at every node come first
+        if watch.settling or self._reading_caches(at):  # the first looks come first
             return
         _step(
             "reactive",
@@ -340,6 +344,30 @@ class _Loop:
             directory = str(cfg.dcgm_dir)
             self._dcgm = self.inflight.submit(
                 "dcgm job mapping", lambda: dcgm.sync(site.store, site.pool, directory)
+            )
+
+    def _reading_caches(self, at: float) -> bool:
+        """Whether decisions wait for the first read of the nodes' caches (at most CACHES_WAIT s).
+
+        Without it a daemon just started would place by dataset affinity
+        knowing no copy, and fill from the source what a node already holds.
+        """
+        if self._learning is None:
+            self._learn_caches()
+        first = self._learning
+        return first is not None and not first.future.done() and at < self.started + CACHES_WAIT
+
+    def _learn_caches(self) -> None:
+        """Read the dataset caches of nodes not read yet, in the background, one read at a time."""
+        fills = self.site.fills
+        todo = [
+            n
+            for name, n in self._nodes.items()
+            if name not in fills.learned and n.last_error is None
+        ]
+        if todo and (self._learning is None or self._learning.future.done()):
+            self._learning = self.inflight.submit(
+                "reading the nodes' dataset caches", partial(fills.learn, todo)
             )
 
     def _prune(self, at: float) -> None:

@@ -4,7 +4,9 @@ Slurm holds a job whose launch failed (``launch failed requeued held``) so
 that it stops taking nodes from others. gctl does the same for a cause that
 asking again cannot fix (no such image, a spec the engine refuses, a
 command that cannot run): the job is held with the reason, and ``gctl
-release`` lets it try again once the cause is fixed. Any other failure (a
+release`` lets it try again once the cause is fixed. A job that cannot run
+as submitted (its dataset's copies never match the digest it was added
+with) fails with the reason. Any other failure (a
 host that did not answer, say) is tried again after a back-off that doubles
 with every failure in a row, from :data:`FIRST_BACKOFF` up to
 :data:`MAX_BACKOFF` seconds; meanwhile the job is not placed, so it never
@@ -29,9 +31,15 @@ def backoff(failures: int) -> float:
     return float(min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** max(0, failures - 1)))
 
 
-def record(s: Session, row: JobRow, why: str, *, permanent: bool, at: float) -> None:
-    """Record a failed start of ``row`` (back in the queue): held, or tried again later."""
+def record(
+    s: Session, row: JobRow, why: str, *, permanent: bool, at: float, fails: bool = False
+) -> None:
+    """Record a failed start of ``row``: FAILED (``fails``), else held, or tried again later."""
     row.start_failures += 1
+    if fails:
+        row.retry_at = None
+        set_state(s, row, "FAILED", f"launch failed: {why}")
+        return
     if permanent:
         row.held = True
         row.retry_at = None

@@ -46,13 +46,18 @@ class HostError(Exception):
     """A host could not be reached or did not do what was asked; the message is one line.
 
     ``permanent``: asking again cannot help (no such image, a spec the
-    engine refuses), unlike a host that did not answer.
+    engine refuses), unlike a host that did not answer. ``fails_job``: the
+    job cannot run as it was submitted (its dataset's copies never match the
+    digest), so a start it stopped ends the job FAILED instead of holding it.
     """
 
-    def __init__(self, node: str, message: str, *, permanent: bool = False) -> None:
+    def __init__(
+        self, node: str, message: str, *, permanent: bool = False, fails_job: bool = False
+    ) -> None:
         super().__init__(f"{node}: {message}")
         self.node = node
-        self.permanent = permanent
+        self.permanent = permanent or fails_job
+        self.fails_job = fails_job
 
 
 class UnknownHostKey(HostError):
@@ -325,12 +330,14 @@ class Pool:
         *,
         header: bytes = b"",
         timeout: float,
+        progress: Callable[[int], None] | None = None,
     ) -> tuple[int, Result, Result]:
         """Run ``source_argv`` into ``target_argv``: ``header``, then the source's stdout.
 
         The stream goes through this machine, so the nodes need no access to
         each other. Returns the bytes moved and both results (the source's
         without its stdout); ``timeout`` bounds the whole transfer.
+        ``progress`` is told the bytes moved so far after each block.
         """
         deadline = time.monotonic() + timeout
         moved = 0
@@ -342,6 +349,8 @@ class Pool:
                 while block := src.recv(1 << 20):
                     dst.sendall(block)
                     moved += len(block)
+                    if progress is not None:
+                        progress(moved)
                     if time.monotonic() > deadline:
                         raise TimeoutError
                 dst.shutdown_write()

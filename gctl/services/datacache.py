@@ -100,22 +100,26 @@ def ensure(
     holders: Sequence[NodeRow] = (),
     keep: Collection[str] = (),
     copying: Callable[[str], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Filled:
     """Make sure ``node`` has an intact copy of ``dataset``, filling it when not.
 
     The copy comes from the first of ``holders`` (nodes with a copy), else
-    from the source. ``keep``: copies the fill must not evict (besides those
-    the node's containers use). A copy that does not match the digest is
-    filled once more, from the source; a second mismatch is permanent.
-    ``copying`` is told the source's name as each copy begins.
+    (or when that holder cannot send it) from the source. ``keep``: copies
+    the fill must not evict (besides those the node's containers use). A
+    copy that does not match the digest is filled once more, from the
+    source; a second mismatch fails the job (``HostError.fails_job``).
+    ``copying`` is told the source's name as each copy begins, ``progress``
+    the bytes copied so far as they go.
     """
     target, where = hostops.target(node), hostops.cache_dir(node)
     asked = {"dir": where, "key": dataset.key, "digest": dataset.digest}
     checked = run(pool, target, "check", asked)
     if checked.get("cached"):
         return Filled(node.name, dataset.key, cached=True)
-    sources = [(h, f"{hostops.cache_dir(h)}/{dataset.key}") for h in holders if h.name != node.name]
-    sources.append((dataset.source, dataset.source_path))
+    origin = (dataset.source, dataset.source_path)
+    held = [(h, f"{hostops.cache_dir(h)}/{dataset.key}") for h in holders if h.name != node.name]
+    sources = [*held[:1], origin, origin]  # a holder, else the source; the source once more
     request = {
         "dir": where,
         "key": dataset.key,
@@ -127,19 +131,33 @@ def ensure(
         "keep": sorted(keep),
     }
     header = json.dumps(request).encode() + b"\n"
-    for source, path in (sources[0], sources[-1]):
+    mismatches = 0
+    for source, path in sources:
         pack = ["tar", "-c", "-C", path, *(f"--exclude=./{f}" for f in cache_agent.OWN), "."]
         fill = ["python3", "-c", _AGENT, "fill"]
         if copying is not None:
             copying(source.name)
-        moved, sent, into = pool.pipe(
-            hostops.target(source), pack, target, fill, header=header, timeout=COPY_TIMEOUT
-        )
+        try:
+            moved, sent, into = pool.pipe(
+                hostops.target(source),
+                pack,
+                target,
+                fill,
+                header=header,
+                timeout=COPY_TIMEOUT,
+                progress=progress,
+            )
+        except HostError as exc:
+            if exc.node == source.name and (source, path) != origin:
+                continue  # a holder that could not send: the source can
+            raise
         if into.rc != 0:
             last = into.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
             raise HostError(node.name, f"dataset {dataset.name}: gctl cache fill: {last[0]}")
         got = into.json_object(node.name, "gctl cache fill")
         if sent.rc != 0 and not got.get("cached"):
+            if (source, path) != origin:
+                continue  # the holder no longer has its copy (evicted, removed): the source
             why = sent.stderr.decode(errors="replace").strip()[-200:]
             raise HostError(source.name, f"dataset {dataset.name}: reading {path}: {why}")
         if "error" not in got:
@@ -154,11 +172,14 @@ def ensure(
             )
         if not got.get("mismatch"):
             raise HostError(node.name, f"dataset {dataset.name}: {got['error']}")
+        mismatches += 1
+        if mismatches == 2:
+            break
     raise HostError(
         node.name,
         f"dataset {dataset.name}: the copy does not match its digest, twice"
-        " (has its source changed since `gctl dataset add`?)",
-        permanent=True,
+        " (has its source changed since 'gctl dataset add'?)",
+        fails_job=True,
     )
 
 

@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 from clikit import run
 from daemonkit import STORES, Running, job_file, jobs_of, wait
+from sqlalchemy import func, select
 
 from gctl.hosts import cache_agent
 from gctl.services import db, nodes
 from gctl.services.datacache import key
 from gctl.store.engine import transaction
-from gctl.store.models import EventRow
+from gctl.store.models import AllocationRow, EventRow
 
 pytestmark = pytest.mark.usefixtures("clean_hosts")
 
@@ -121,16 +122,48 @@ def test_a_job_gets_its_dataset_copied_once_checked_and_refetched_when_the_copy_
     assert code == 0 and json.loads(out)["cached"] == ["h2"]
 
 
-def test_a_source_that_no_longer_matches_its_digest_holds_the_job_with_the_reason(
+def test_a_new_daemon_learns_which_nodes_hold_copies_and_fills_from_the_nearest(
     host_store: db.Store, start_daemon: Callable[..., Running], tmp_path: Path
 ) -> None:
+    """After a restart the copy on h2 is still known: h1's fill comes from h2, not the source."""
+    _setup(host_store, tmp_path, "kept", files=200)
+    first = start_daemon(host_store)
+    before = _job(host_store, "kept")
+    wait("the first job done", _done(host_store, before), store=host_store)
+    assert [f["source"] for f in _fills(host_store, before)] == ["h1"]  # from the source
+    first.close()
+    nodes.set_cache(host_store, "h1", str(tmp_path / "h1-cache"), None)
+    nodes.set_admin_state(host_store, "h1", "undrain", None)
+    nodes.set_admin_state(host_store, "h2", "drain", "jobs go to h1 now")
+    start_daemon(host_store)
+    after = _job(host_store, "kept")
+    wait("the second job done", _done(host_store, after), store=host_store)
+    assert jobs_of(host_store)[after].state == "COMPLETED", jobs_of(host_store)[after].reason
+    assert [f["source"] for f in _fills(host_store, after)] == ["h2"]  # the holder it learned
+
+
+def test_a_source_that_no_longer_matches_its_digest_fails_the_job_with_the_reason(
+    host_store: db.Store, start_daemon: Callable[..., Running], tmp_path: Path
+) -> None:
+    """Fetched twice, then the job fails (it cannot run as submitted); its GPUs are free."""
     ds = _setup(host_store, tmp_path, "drifted", files=20)
     (ds["path"] / "d0" / "f0").write_bytes(b"changed after gctl dataset add")
     start_daemon(host_store)
     job = _job(host_store, "drifted")
-    wait("the job held", lambda: jobs_of(host_store)[job].held, store=host_store)
-    reason = jobs_of(host_store)[job].reason or ""
-    assert "does not match its digest, twice" in reason, reason
+    wait("the job failed", _done(host_store, job), store=host_store)
+    row = jobs_of(host_store)[job]
+    assert row.state == "FAILED" and not row.held
+    assert (row.reason or "").startswith("launch failed: h2: dataset drifted: "), row.reason
+    assert "does not match its digest, twice" in (row.reason or "")
+    with transaction(host_store.engine, write=False) as s:
+        copies = s.scalars(
+            EventRow.__table__.select()
+            .with_only_columns(EventRow.data)
+            .where(EventRow.job_id == job, EventRow.kind == "dataset.copy")
+        ).all()
+        held = s.scalar(select(func.count()).select_from(AllocationRow))
+    assert [c["source"] for c in copies] == ["h1", "h1"]  # fetched again once, no more
+    assert held == 0
     assert not list((tmp_path / "h2-cache").glob("drifted@*"))  # nothing half-made kept
 
 
@@ -178,6 +211,13 @@ def test_a_daemon_killed_mid_copy_leaves_no_copy_marked_complete_and_the_next_fi
     second: subprocess.Popen[bytes] | None = None
     try:
         wait("the copy under way", lambda: partial.is_dir() and any(partial.rglob("f*")), 60)
+        wait(
+            "the bytes copied in the job's reason",
+            lambda: "copying dataset big to h2: " in (jobs_of(host_store)[job].reason or ""),
+            30,
+        )
+        shown = jobs_of(host_store)[job].reason or ""
+        assert shown.endswith("%)") and f"of {ds['bytes'] / 1e6:.0f} MB (" in shown, shown
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         time.sleep(2.0)  # the host side sees its stream end
