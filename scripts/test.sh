@@ -6,11 +6,12 @@ scripts/setup-venv.sh
 echo "== ruff check"; .venv/bin/ruff check .
 echo "== ruff format --check"; .venv/bin/ruff format --check .
 echo "== mypy (strict, gctl/)"; .venv/bin/mypy
-# The man page and completion tests run groff, man, lexgrog, zsh and fish, and the
-# alerting-rule tests promtool: as root, install the Debian packages that have them
-# when missing.
+# The man page and completion tests run groff, man, lexgrog, zsh and fish, the
+# alerting-rule tests promtool, and the remote-dataset tests rsync: as root, install
+# the Debian packages that have them when missing.
 missing=()
-for need in groff:groff-base man:man-db lexgrog:man-db zsh:zsh fish:fish promtool:prometheus; do
+for need in groff:groff-base man:man-db lexgrog:man-db zsh:zsh fish:fish promtool:prometheus \
+  rsync:rsync; do
   command -v "${need%%:*}" >/dev/null || missing+=("${need#*:}")
 done
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then

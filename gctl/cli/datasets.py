@@ -22,19 +22,39 @@ NameArg = Annotated[str, typer.Argument(help="Dataset name.")]
 def add(
     ctx: typer.Context,
     name: NameArg,
-    source: Annotated[str, typer.Argument(help="Where it is: NODE:/absolute/path.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="Where it is: NODE:/absolute/path, or an rsync location the nodes fetch it"
+            " from: rsync://HOST/MODULE/PATH, HOST::MODULE/PATH or [USER@]HOST:/PATH (SSH)."
+        ),
+    ],
     digest: Annotated[
         str | None,
         typer.Option(help="Its manifest SHA-256, if known: refused when the source differs."),
     ] = None,
+    via: Annotated[
+        str | None,
+        typer.Option(
+            help="The node that fetches an rsync location to read it (default: the first"
+            " node in service); its cache keeps the copy when it fits.",
+            metavar="NODE",
+            autocompletion=complete.nodes,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Record a dataset: its manifest (paths, sizes, content hashes) is read at the source."""
+    """Record a dataset: its manifest (paths, sizes, content hashes) is read at the source.
+
+    A node's directory is read in place. An rsync location is fetched by a
+    node with rsync (which the nodes then need), and every node filling its
+    cache later fetches it from there too, unless another node has a copy.
+    """
     from gctl.hosts.ssh import Pool
     from gctl.services import datasets
 
     with Pool() as pool:
-        view = datasets.add(store(ctx), name, source, digest, pool)
+        view = datasets.add(store(ctx), name, source, digest, pool, via)
     if json_out:
         render.emit_json(view.to_dict())
     else:

@@ -88,7 +88,7 @@ class Fills:
         """The datasets by name, and the nodes that are sources or holders, by name."""
         with transaction(self.store.engine, write=False) as s:
             rows = list(s.scalars(select(DatasetRow).where(DatasetRow.name.in_(sorted(names)))))
-            wanted = {r.source_node for r in rows}
+            wanted = {r.source_node for r in rows if r.source_node is not None}
             with self._guard:
                 for r in rows:
                     wanted |= self.holders[datacache.key(r.name, r.digest)]
@@ -111,8 +111,8 @@ class Fills:
             row = by_name.get(name)
             if row is None:
                 raise HostError(node.name, f"dataset {name} was removed", permanent=True)
-            source = nodes.get(row.source_node)
-            if source is None:
+            source = None if row.source_node is None else nodes.get(row.source_node)
+            if source is None and row.source_node is not None:
                 why = f"dataset {name}: its source node {row.source_node} was removed"
                 raise HostError(node.name, why, permanent=True)
             dataset = datacache.Dataset(row.name, row.digest, row.bytes, source, row.source_path)

@@ -32,6 +32,13 @@ stdout:
     host's engine names it in its ``gctl.datasets`` label, or the request
     keeps it), the stream is unpacked by ``tar``, its manifest is checked
     against the dataset's digest, and it is renamed into place.
+    With ``fetch`` in the request (an rsync location: ``rsync://HOST/...``,
+    ``HOST::MODULE/...`` or ``[USER@]HOST:/PATH`` over SSH) the host fetches
+    the copy from there with ``rsync`` instead, and no stream follows.
+``fetch``
+    A new dataset at an rsync location: fetched, its manifest read (and
+    checked against a digest when one is given), and the copy kept as the
+    cache's first when it fits without evicting.
 ``remove``
     Removes a copy unless a container uses it.
 """
@@ -174,6 +181,11 @@ def check(request: dict[str, Any]) -> dict[str, Any]:
     return {"cached": True}
 
 
+def key(name: str, digest: str) -> str:
+    """A copy's directory name in a node's cache: ``NAME@DIGEST[:16]``."""
+    return name + "@" + digest[:16]
+
+
 def _in_use(docker: list[str]) -> set[str]:
     """Keys named by the ``gctl.datasets`` label of any container on the host's engine."""
     fmt = '{{.Label "' + LABEL_DATASETS + '"}}'
@@ -233,8 +245,45 @@ def _unpack(stream: Any, into: str) -> tuple[int, int, str]:
         return received, rc, errors.read().decode(errors="replace")
 
 
+def _fetch(url: str, into: str) -> tuple[int, str]:
+    """Copy the dataset at the rsync location ``url`` into ``into``: rsync's status, its stderr.
+
+    ``-s`` keeps the remote path one argument (no remote shell splitting);
+    SSH locations use the host's own SSH setup, never asking for a password.
+    """
+    src = url.rstrip("/") + "/"
+    daemon = url.startswith("rsync://") or "::" in url.split("/", 1)[0]
+    ssh = [] if daemon else ["-e", "ssh -o BatchMode=yes"]  # (with a daemon, -e would tunnel)
+    argv = ["rsync", "-a", "-s", "--delete", *ssh, "--", src, into + "/"]
+    try:
+        res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    except OSError as exc:
+        return 127, "cannot run rsync (install it on the node): " + str(exc.strerror)
+    return res.returncode, res.stderr.decode(errors="replace")
+
+
+def _seal(partial: str, final: str, name: str, got: dict[str, Any]) -> None:
+    """Make the checked copy in ``partial`` the complete copy ``final``, used now."""
+    meta = {
+        "name": name,
+        "digest": got["digest"],
+        "bytes": got["bytes"],
+        "files": got["files"],
+        "stats": _stats(partial),
+        "filled_at": time.time(),
+    }
+    with open(os.path.join(partial, META), "w", encoding="utf-8") as fh:
+        json.dump(meta, fh)
+    os.rename(partial, final)
+    _touch(final)
+
+
 def fill(request: dict[str, Any], stream: Any) -> dict[str, Any]:
-    """The ``fill`` mode (module docstring); ``stream`` is the tar stream."""
+    """The ``fill`` mode (module docstring); ``stream`` is the tar stream.
+
+    With ``fetch`` in the request (an rsync location) the copy is fetched
+    from there by the host itself instead, and the stream is empty.
+    """
     cache, key = str(request["dir"]), str(request["key"])
     os.makedirs(cache, mode=0o755, exist_ok=True)
     final = os.path.join(cache, key)
@@ -260,31 +309,64 @@ def fill(request: dict[str, Any], stream: Any) -> dict[str, Any]:
         shutil.rmtree(partial, ignore_errors=True)  # a fill that was stopped
         os.makedirs(partial, mode=0o755)
         began = time.monotonic()
-        received, rc, err = _unpack(stream, partial)
+        url = request.get("fetch")
+        if url:
+            received, (rc, err) = 0, _fetch(str(url), partial)
+        else:
+            received, rc, err = _unpack(stream, partial)
         if rc != 0:
             shutil.rmtree(partial, ignore_errors=True)
-            return {"error": "unpacking failed: " + err.strip()[-200:], "evicted": evict}
+            what = "fetching" if url else "unpacking"
+            return {"error": what + " failed: " + err.strip()[-200:], "evicted": evict}
         got = manifest({"dir": partial})
         if got.get("digest") != request["digest"]:
             shutil.rmtree(partial, ignore_errors=True)
             why = got.get("error") or f"digest mismatch: got {str(got.get('digest'))[:16]}"
             return {"error": why, "mismatch": "error" not in got, "evicted": evict}
-        meta = {
-            "name": request["name"],
-            "digest": request["digest"],
-            "bytes": got["bytes"],
-            "files": got["files"],
-            "stats": _stats(partial),
-            "filled_at": time.time(),
-        }
-        with open(os.path.join(partial, META), "w", encoding="utf-8") as fh:
-            json.dump(meta, fh)
-        os.rename(partial, final)
-        _touch(final)
+        _seal(partial, final, str(request["name"]), got)
         seconds = time.monotonic() - began
-        return {"cached": False, "bytes": received, "seconds": seconds, "evicted": evict}
+        moved = received or int(got["bytes"])
+        return {"cached": False, "bytes": moved, "seconds": seconds, "evicted": evict}
     finally:
         os.close(lock)
+
+
+def fetch(request: dict[str, Any]) -> dict[str, Any]:
+    """The ``fetch`` mode: a new dataset's manifest, read from a copy fetched from its location.
+
+    The copy is kept as this cache's first one when it fits without evicting
+    anything (``kept``); otherwise it is deleted. With a ``digest`` in the
+    request, a copy that does not match it is refused.
+    """
+    cache, name = str(request["dir"]), str(request["name"])
+    os.makedirs(cache, mode=0o755, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=PARTIAL + "new-", dir=cache)
+    try:
+        rc, err = _fetch(str(request["url"]), partial)
+        if rc != 0:
+            return {"error": "fetching failed: " + err.strip()[-200:]}
+        got = manifest({"dir": partial})
+        if "error" in got:
+            return got
+        want = request.get("digest")
+        if want and got["digest"] != want:
+            return {"error": f"not the digest given: its manifest is {got['digest']}"}
+        copy = key(name, str(got["digest"]))
+        final = os.path.join(cache, copy)
+        lock = os.open(os.path.join(cache, ".lock-" + copy), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            capacity = request.get("capacity")
+            entries = _entries(cache)
+            room = _available(cache, None if capacity is None else int(capacity), entries)
+            kept = _read_meta(final) is None and int(got["bytes"]) <= room
+            if kept:
+                _seal(partial, final, name, got)
+        finally:
+            os.close(lock)
+        return {**got, "key": copy, "kept": kept}
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def remove(request: dict[str, Any]) -> dict[str, Any]:
@@ -306,7 +388,13 @@ def main(argv: list[str]) -> int:
         request = json.loads(sys.stdin.buffer.readline())
         json.dump(fill(request, sys.stdin.buffer), sys.stdout)
         return 0
-    modes = {"manifest": manifest, "list": list_cache, "check": check, "remove": remove}
+    modes = {
+        "manifest": manifest,
+        "list": list_cache,
+        "check": check,
+        "fetch": fetch,
+        "remove": remove,
+    }
     if mode not in modes:
         print(f"usage: {argv[0]} fill|{'|'.join(modes)} < request.json", file=sys.stderr)
         return 2

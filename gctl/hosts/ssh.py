@@ -312,10 +312,16 @@ class Pool:
             channel.close()
 
     def run_ok(
-        self, target: Target, argv: Sequence[str], what: str, *, stdin: bytes | None = None
+        self,
+        target: Target,
+        argv: Sequence[str],
+        what: str,
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
     ) -> Result:
         """:meth:`run`, raising HostError (``what`` failed: its stderr) on a non-zero exit."""
-        res = self.run(target, argv, stdin=stdin)
+        res = self.run(target, argv, stdin=stdin, timeout=timeout)
         if res.rc != 0:
             why = res.stderr.decode(errors="replace").strip()[-200:]
             raise HostError(target.node, f"{what} failed: {why}")

@@ -4,11 +4,13 @@ A node keeps its copies in its cache directory (``gctl node set
 --cache-dir``, default ``WORKDIR/datasets``), each under its key
 ``NAME@DIGEST[:16]``, managed by the cache agent (:mod:`gctl.hosts.cache_agent`:
 fills, checks, least-recently-used eviction within ``--cache-size``). A copy
-is filled from a node that holds one, else from the dataset's source, as a
-single ``tar`` stream through this machine (many small files move as one
-stream, and nodes need no access to each other), checked against the
-dataset's digest, and filled again once when it does not match. A copy whose
-files changed since it was filled is found at its next use and filled again.
+is filled from a node that holds one, else from the dataset's source: a
+node's directory, sent as a single ``tar`` stream through this machine (many
+small files move as one stream, and nodes need no access to each other), or
+an rsync location the node fetches it from itself. Every copy is checked
+against the dataset's digest, and filled again once when it does not match.
+A copy whose files changed since it was filled is found at its next use and
+filled again.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class Dataset:
     name: str
     digest: str
     bytes: int
-    source: NodeRow
+    source: NodeRow | None
+    """The node whose directory ``source_path`` is; None: ``source_path`` is an rsync location."""
     source_path: str
 
     @property
@@ -73,15 +76,20 @@ class Filled:
         )
 
 
-def key(name: str, digest: str) -> str:
-    """A copy's directory name in a node's cache: ``NAME@DIGEST[:16]``."""
-    return f"{name}@{digest[:16]}"
+key = cache_agent.key
 
 
-def run(pool: Pool, target: Target, mode: str, request: dict[str, Any]) -> dict[str, Any]:
+def run(
+    pool: Pool,
+    target: Target,
+    mode: str,
+    request: dict[str, Any],
+    timeout: float | None = None,
+) -> dict[str, Any]:
     """Run one mode of the cache agent on the host; its JSON answer (an error raised)."""
     stdin = json.dumps(request).encode()
-    res = pool.run_ok(target, ["python3", "-c", _AGENT, mode], f"gctl cache {mode}", stdin=stdin)
+    argv = ["python3", "-c", _AGENT, mode]
+    res = pool.run_ok(target, argv, f"gctl cache {mode}", stdin=stdin, timeout=timeout)
     got = res.json_object(target.node, f"gctl cache {mode}")
     if "error" in got:
         raise HostError(target.node, f"{mode}: {got['error']}")
@@ -109,8 +117,9 @@ def ensure(
     the fill must not evict (besides those the node's containers use). A
     copy that does not match the digest is filled once more, from the
     source; a second mismatch fails the job (``HostError.fails_job``).
-    ``copying`` is told the source's name as each copy begins, ``progress``
-    the bytes copied so far as they go.
+    ``copying`` is told where each copy comes from as it begins,
+    ``progress`` the bytes copied so far as they go (for copies streamed
+    through this machine).
     """
     target, where = hostops.target(node), hostops.cache_dir(node)
     asked = {"dir": where, "key": dataset.key, "digest": dataset.digest}
@@ -130,44 +139,25 @@ def ensure(
         "docker": hostops.docker_argv(node),
         "keep": sorted(keep),
     }
-    header = json.dumps(request).encode() + b"\n"
     mismatches = 0
     for source, path in sources:
-        pack = ["tar", "-c", "-C", path, *(f"--exclude=./{f}" for f in cache_agent.OWN), "."]
-        fill = ["python3", "-c", _AGENT, "fill"]
+        named = path if source is None else source.name
         if copying is not None:
-            copying(source.name)
+            copying(named)
         try:
-            moved, sent, into = pool.pipe(
-                hostops.target(source),
-                pack,
-                target,
-                fill,
-                header=header,
-                timeout=COPY_TIMEOUT,
-                progress=progress,
-            )
-        except HostError as exc:
-            if exc.node == source.name and (source, path) != origin:
-                continue  # a holder that could not send: the source can
-            raise
-        if into.rc != 0:
-            last = into.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
-            raise HostError(node.name, f"dataset {dataset.name}: gctl cache fill: {last[0]}")
-        got = into.json_object(node.name, "gctl cache fill")
-        if sent.rc != 0 and not got.get("cached"):
+            moved, got = _fill(pool, target, source, path, request, progress)
+        except _SourceFailed as exc:
             if (source, path) != origin:
                 continue  # the holder no longer has its copy (evicted, removed): the source
-            why = sent.stderr.decode(errors="replace").strip()[-200:]
-            raise HostError(source.name, f"dataset {dataset.name}: reading {path}: {why}")
+            raise exc.error from None
         if "error" not in got:
             return Filled(
                 node.name,
                 dataset.key,
                 cached=bool(got.get("cached")),
-                bytes=moved,
+                bytes=moved or int(got.get("bytes") or 0),
                 seconds=float(got.get("seconds") or 0.0),
-                source=source.name,
+                source=named,
                 evicted=tuple(got.get("evicted") or ()),
             )
         if not got.get("mismatch"):
@@ -181,6 +171,77 @@ def ensure(
         " (has its source changed since 'gctl dataset add'?)",
         fails_job=True,
     )
+
+
+class _SourceFailed(Exception):
+    """The side sending a copy failed (``error``), not the node filling it."""
+
+    def __init__(self, error: HostError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _fill(
+    pool: Pool,
+    target: Target,
+    source: NodeRow | None,
+    path: str,
+    request: dict[str, Any],
+    progress: Callable[[int], None] | None,
+) -> tuple[int, dict[str, Any]]:
+    """One fill of the copy on ``target`` from ``path``: the bytes streamed, the agent's answer.
+
+    From a node (``source``) the copy is a tar stream through this machine;
+    from an rsync location (``source`` None) the node fetches it itself.
+    """
+    fill = ["python3", "-c", _AGENT, "fill"]
+    name = str(request["name"])
+    if source is None:
+        header = json.dumps({**request, "fetch": path}).encode() + b"\n"
+        into = pool.run(target, fill, stdin=header, timeout=COPY_TIMEOUT)
+        moved, sent = 0, None
+    else:
+        header = json.dumps(request).encode() + b"\n"
+        pack = ["tar", "-c", "-C", path, *(f"--exclude=./{f}" for f in cache_agent.OWN), "."]
+        try:
+            moved, sent, into = pool.pipe(
+                hostops.target(source),
+                pack,
+                target,
+                fill,
+                header=header,
+                timeout=COPY_TIMEOUT,
+                progress=progress,
+            )
+        except HostError as exc:
+            if exc.node == source.name:
+                raise _SourceFailed(exc) from None
+            raise
+    if into.rc != 0:
+        last = into.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise HostError(target.node, f"dataset {name}: gctl cache fill: {last[0]}")
+    got = into.json_object(target.node, "gctl cache fill")
+    if source is not None and sent is not None and sent.rc != 0 and not got.get("cached"):
+        why = sent.stderr.decode(errors="replace").strip()[-200:]
+        raise _SourceFailed(HostError(source.name, f"dataset {name}: reading {path}: {why}"))
+    return moved, got
+
+
+def fetch(pool: Pool, node: NodeRow, name: str, url: str, digest: str | None) -> dict[str, Any]:
+    """A new dataset at rsync location ``url``, fetched by ``node``: its manifest, and the key.
+
+    The copy stays in the node's cache (``kept``) when it fits without
+    evicting. An error is raised when it cannot be fetched, or does not match
+    ``digest`` when one is given.
+    """
+    request = {
+        "dir": hostops.cache_dir(node),
+        "name": name,
+        "url": url,
+        "digest": digest,
+        "capacity": None if node.cache_size_mb is None else node.cache_size_mb << 20,
+    }
+    return run(pool, hostops.target(node), "fetch", request, timeout=COPY_TIMEOUT)
 
 
 def listing(pool: Pool, node: NodeRow) -> dict[str, Any]:

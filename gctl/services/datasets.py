@@ -1,8 +1,11 @@
 """``gctl dataset``: named datasets at a source on a node, and their copies in the nodes' caches.
 
-A dataset is a directory on one of the nodes (``NODE:/path``), recorded with
-its manifest digest (paths, sizes, content hashes), size and file count when
-it is added; a changed source is a new dataset (remove and add it again).
+A dataset is a directory on one of the nodes (``NODE:/path``) or at an rsync
+location the nodes fetch it from (``rsync://HOST/MODULE/PATH``,
+``HOST::MODULE/PATH``, or ``[USER@]HOST:/PATH`` over the nodes' own SSH),
+recorded with its manifest digest (paths, sizes, content hashes), size and
+file count when it is added; a changed source is a new dataset (remove and
+add it again).
 Jobs name datasets at submit (``--dataset NAME[:/mount]``); the daemon fills
 the node's cache before the job starts and mounts the copy read-only
 (:mod:`gctl.services.datacache`). Adding and removing datasets is for
@@ -61,19 +64,40 @@ def check_name(name: str) -> str:
     return name
 
 
-def parse_source(text: str) -> tuple[str, str]:
-    """``NODE:/path`` into its node and absolute path."""
+_SSH_PLACE = re.compile(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9.-]*")
+"""``[USER@]HOST`` of an SSH location."""
+_RSYNCD = re.compile(r"(?:rsync://[A-Za-z0-9][^\s/]*/|[A-Za-z0-9][A-Za-z0-9.-]*::)\S*")
+"""An rsync daemon location: ``rsync://HOST[:PORT]/MODULE/PATH`` or ``HOST::MODULE/PATH``."""
+
+
+def parse_source(text: str) -> tuple[str | None, str]:
+    """A source as ``(place, path)``: ``NODE:/path`` or ``[USER@]HOST:/path``; rsync daemon URLs.
+
+    For ``PLACE:/path`` the caller decides: a registered node's directory,
+    else an SSH location the nodes fetch with rsync. An rsync daemon location
+    is ``(None, text)``.
+    """
     check_text(text, "SOURCE", limit=TEXT_MAX)
-    node, sep, path = text.partition(":")
-    if not sep or not node or not path.startswith("/") or "\n" in path:
-        raise ServiceError(f"source {shown(text)}: expected NODE:/absolute/path")
-    return node, path.rstrip("/") or "/"
+    if _RSYNCD.fullmatch(text):
+        return None, text
+    place, sep, path = text.partition(":")
+    if not sep or not _SSH_PLACE.fullmatch(place) or not path.startswith("/") or "\n" in path:
+        raise ServiceError(
+            f"source {shown(text)}: expected NODE:/absolute/path or an rsync location"
+            " (rsync://HOST/MODULE/PATH, HOST::MODULE/PATH, [USER@]HOST:/PATH)"
+        )
+    return place, path.rstrip("/") or "/"
+
+
+def source_text(row: DatasetRow) -> str:
+    """Where a dataset is, as ``gctl dataset add`` was given it."""
+    return row.source_path if row.source_node is None else f"{row.source_node}:{row.source_path}"
 
 
 def _view(row: DatasetRow, cached: tuple[str, ...] | None = None) -> DatasetView:
     return DatasetView(
         row.name,
-        f"{row.source_node}:{row.source_path}",
+        source_text(row),
         row.digest,
         row.bytes,
         row.files,
@@ -83,30 +107,54 @@ def _view(row: DatasetRow, cached: tuple[str, ...] | None = None) -> DatasetView
     )
 
 
-def add(store: Store, name: str, source: str, digest: str | None, pool: Pool) -> DatasetView:
-    """Record a dataset after reading its manifest at the source (which must match ``digest``)."""
+def add(
+    store: Store,
+    name: str,
+    source: str,
+    digest: str | None,
+    pool: Pool,
+    via: str | None = None,
+) -> DatasetView:
+    """Record a dataset after reading its manifest at the source (which must match ``digest``).
+
+    A node's directory is read where it is. An rsync location is fetched by
+    the node ``via`` (default: the first node in service by name), whose
+    cache keeps that copy when it fits.
+    """
     me = access.operator_only(store, "gctl dataset add")
     check_name(name)
-    node_name, path = parse_source(source)
+    place, path = parse_source(source)
     if digest is not None and not _DIGEST.fullmatch(digest):
         raise ServiceError(f"--digest {shown(digest)}: expected 64 hex digits (SHA-256)")
     with transaction(store.engine, write=False) as s:
         _refuse_existing(s, name)
-        node = s.scalar(select(NodeRow).where(NodeRow.name == node_name))
+        node = None if place is None else s.scalar(select(NodeRow).where(NodeRow.name == place))
+        remote = node is None
         if node is None:
-            raise NotFound(f"unknown node {node_name!r} in source {shown(source)}")
+            node = _fetcher(s, via)
+        elif via is not None:
+            raise ServiceError(f"--via is for rsync locations; {source} is on node {place}")
+        s.expunge(node)
     try:
-        got = datacache.manifest(pool, node, path)
+        if remote:
+            got = datacache.fetch(pool, node, name, source, digest)
+        else:
+            got = datacache.manifest(pool, node, path)
     except HostError as exc:
-        raise ServiceError(f"reading {source}: {exc}") from None
+        how = (
+            f" (no node is named {place}: fetched over SSH by {node.name})"
+            if remote and place
+            else ""
+        )
+        raise ServiceError(f"reading {source}{how}: {exc}") from None
     if digest is not None and got["digest"] != digest:
         raise ServiceError(f"{source} does not match --digest: its manifest is {got['digest']}")
     with transaction(store.engine, write=True) as s:
         _refuse_existing(s, name)  # again: it may have been added while the source was read
         row = DatasetRow(
             name=name,
-            source_node=node_name,
-            source_path=path,
+            source_node=None if remote else place,
+            source_path=source if remote else path,
             digest=str(got["digest"]),
             bytes=int(got["bytes"]),
             files=int(got["files"]),
@@ -114,9 +162,26 @@ def add(store: Store, name: str, source: str, digest: str | None, pool: Pool) ->
         )
         s.add(row)
         s.flush()
-        message = f"dataset {name} added from {source}: {row.files} files, {row.bytes} bytes"
+        fetched = f" (fetched by {node.name})" if remote else ""
+        message = (
+            f"dataset {name} added from {source}{fetched}: {row.files} files, {row.bytes} bytes"
+        )
         events.record(s, "dataset.add", message, data={"name": name, "digest": row.digest})
         return _view(row)
+
+
+def _fetcher(s: Session, via: str | None) -> NodeRow:
+    """The node that fetches a new dataset from an rsync location: ``via``, else the first up."""
+    query = select(NodeRow).order_by(NodeRow.name)
+    if via is not None:
+        node = s.scalar(query.where(NodeRow.name == via))
+        if node is None:
+            raise NotFound(f"unknown node {via!r} (--via)")
+        return node
+    node = s.scalar(query.where(NodeRow.admin_state == "up"))
+    if node is None:
+        raise ServiceError("no node in service to fetch it with: add one, or name one with --via")
+    return node
 
 
 def _refuse_existing(s: Session, name: str) -> None:
@@ -187,10 +252,12 @@ def warm(store: Store, name: str, node_names: list[str], pool: Pool) -> list[dat
     row = _get(store, name)
     with transaction(store.engine, write=False) as s:
         nodes = named_rows(s, node_names or None)
-        source = s.scalar(select(NodeRow).where(NodeRow.name == row.source_node))
+        source = None
+        if row.source_node is not None:
+            source = s.scalar(select(NodeRow).where(NodeRow.name == row.source_node))
         for n in [*nodes, *([source] if source is not None else [])]:
             s.expunge(n)
-    if source is None:
+    if source is None and row.source_node is not None:
         raise ServiceError(f"dataset {name}: its source node {row.source_node!r} was removed")
     dataset = datacache.Dataset(row.name, row.digest, row.bytes, source, row.source_path)
     out: list[datacache.Filled] = []

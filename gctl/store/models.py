@@ -335,13 +335,17 @@ class BatchCurveRow(Base):
 
 
 class DatasetRow(Base):
-    """A named directory jobs read, at its source (a path on a node), and what it holds."""
+    """A named directory jobs read, at its source, and what it holds.
+
+    The source is a path on a node (``source_node``), or a location the nodes
+    fetch it from with rsync (``source_node`` None, ``source_path`` the URL).
+    """
 
     __tablename__ = "datasets"
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255), unique=True)
-    source_node: Mapped[str] = mapped_column(String(255))
+    source_node: Mapped[str | None] = mapped_column(String(255))
     source_path: Mapped[str] = mapped_column(Text)
     digest: Mapped[str] = mapped_column(String(64))
     """The manifest hash (:func:`gctl.hosts.agent.manifest`): paths, sizes, content hashes."""

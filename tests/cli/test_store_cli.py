@@ -375,6 +375,9 @@ def test_bad_values_are_one_line_usage_errors_and_change_nothing(
     ("args", "needle"),
     [
         (["submit", "--image", "x", "--dataset", "nope", "--", "a"], "unknown dataset 'nope'"),
+        (["dataset", "add", "d", "data/x"], "expected NODE:/absolute/path or an rsync location"),
+        (["dataset", "add", "d", "gpu9:/data"], "no node in service to fetch it with"),
+        (["dataset", "add", "d", "rsync://mirror/data/x", "--via", "gpu9"], "unknown node 'gpu9'"),
         (["show", "job", "999"], "unknown job 999"),
         (["node", "show", "ghost"], "unknown node 'ghost'"),
         (["node", "add", "bad name", "--host", "h", *FP], "node name 'bad name'"),

@@ -11,10 +11,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +234,68 @@ def test_a_daemon_killed_mid_copy_leaves_no_copy_marked_complete_and_the_next_fi
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
         shutil.rmtree(ds["path"], ignore_errors=True)
+
+
+@pytest.fixture
+def rsyncd(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A real rsync daemon serving ``tmp_path/share`` as module ``share``: its URL and directory."""
+    share = tmp_path / "share"
+    share.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "rsyncd.conf"
+    conf.write_text(
+        f"pid file = {tmp_path / 'rsyncd.pid'}\nuse chroot = no\n"
+        f"[share]\n  path = {share}\n  read only = yes\n  uid = root\n  gid = root\n"
+    )
+    argv = ["rsync", "--daemon", "--no-detach", f"--config={conf}", "--address=127.0.0.1"]
+    proc = subprocess.Popen([*argv, f"--port={port}"], stderr=subprocess.PIPE)
+    try:
+        wait("rsyncd listening", lambda: _listening(port), 10)
+        yield f"rsync://127.0.0.1:{port}/share", share
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_dataset_at_an_rsync_location_is_fetched_by_the_nodes_themselves(
+    host_store: db.Store,
+    hosts: dict[str, Any],
+    start_daemon: Callable[..., Running],
+    tmp_path: Path,
+    rsyncd: tuple[str, Path],
+) -> None:
+    """Added through h1 (which reads its manifest), filled on h2 from the rsync daemon."""
+    url, share = rsyncd
+    src = _dataset(share / "imgs", files=300)
+    expected = cache_agent.manifest({"dir": str(src)})
+    nodes.set_admin_state(host_store, "h1", "drain", "jobs go to h2 in this test")
+    nodes.set_cache(host_store, "h1", str(tmp_path / "h1-cache"), None)
+    nodes.set_cache(host_store, "h2", str(tmp_path / "h2-cache"), None)
+    code, out, err = run("dataset", "add", "web", f"{url}/imgs", "--via", "h1", "--json")
+    assert code == 0, err
+    added = json.loads(out)
+    assert (added["source"], added["digest"]) == (f"{url}/imgs", expected["digest"])
+    assert added["files"] == 300
+    kept = tmp_path / "h1-cache" / key("web", expected["digest"])
+    assert (kept / cache_agent.META).exists()  # the fetch became h1's first copy
+    shutil.rmtree(tmp_path / "h1-cache")  # so h2 has no holder to copy from
+    start_daemon(host_store)
+    job = _job(host_store, "web")
+    wait("the job done", _done(host_store, job), store=host_store)
+    assert jobs_of(host_store)[job].state == "COMPLETED", jobs_of(host_store)[job].reason
+    assert job_file(hosts, STORES[-1], "h2", job, "count") == "302"
+    [fill] = _fills(host_store, job)
+    assert fill["source"] == f"{url}/imgs" and fill["bytes"] == expected["bytes"]
+
+    code, _, err = run("dataset", "add", "other", f"{url}/imgs", "--digest", "0" * 64)
+    assert code == 1 and "not the digest given: its manifest is " in err, err
+    assert err.count("\n") == 1
+    code, _, err = run("dataset", "add", "gone", f"{url}/nothing-here")
+    assert code == 1 and "reading " in err and "fetching failed: " in err, err
