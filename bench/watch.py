@@ -1,16 +1,27 @@
 """``gctl watch`` at scale: frame build and render time per refresh on a big emulated cluster.
 
 Builds a SQLite store of ``--nodes`` nodes of 8 emulated GPUs (default
-1,000) and ``--jobs`` jobs (default 10,000): one running job per GPU, every
-eighth GPU also time sliced with a suspended job, the rest pending; each
-running job has ``--samples`` profile samples (default 20). Then:
+1,000) and ``--jobs`` jobs (default 10,000) of 40 users: one running job
+per GPU, every eighth GPU also time sliced with a suspended job (both
+started an hour ago), the rest pending; each running job has ``--samples``
+profile samples (default 20). Then:
 
 - frame build: :meth:`gctl.watch.data.FrameSource.build` (what the worker
-  thread does every refresh), median of ``--repeat`` builds;
+  thread does on a refresh after the store changed), median of ``--repeat``
+  builds, and :meth:`~gctl.watch.data.FrameSource.latest` on an unchanged
+  store (the stamp read, the last frame taken again);
 - render: the app headless (Textual's pilot) showing a new frame, i.e.
   ``show_frame`` plus the screen update, median of ``--repeat`` refreshes
   in which a few jobs change state each time; the first frame (every row
-  added) is reported apart.
+  added) is reported apart;
+- idle CPU: the app headless with its refresh timer on (every ``--interval``
+  s) and nothing changing in the store, for ``--idle`` s: the process's CPU
+  time (every thread: the frame worker too) as a percentage of one core;
+- filter: :data:`FILTER` put in the filter line at once and applied, until
+  both tables and the timeline show the result and the screen is redrawn;
+  also ``/`` and :data:`FILTER` typed key by key, from the first key to
+  the result shown (the filter waits for typing to pause), and the clear
+  with Esc; medians of ``--repeat``.
 
 ``--screenshot FILE.svg`` also saves the dashboard of that big cluster as
 an SVG. GPUs are emulated and no host is contacted. Run:
@@ -42,8 +53,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import String, delete, insert, select, update
 from sqlalchemy.orm import Session
+from textual.pilot import Pilot
+from textual.widgets import Input
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "store")]
@@ -63,10 +76,14 @@ from gctl.store.models import (  # noqa: E402
 )
 from gctl.watch.app import WatchApp  # noqa: E402
 from gctl.watch.data import Clock, FrameSource  # noqa: E402
-from gctl.watch.tables import NodesTable  # noqa: E402
+from gctl.watch.tables import JobsTable, NodesTable  # noqa: E402
 
 SIZE = (160, 48)
 """Terminal columns and rows of the screenshots."""
+USERS = 40
+"""The big cluster's jobs belong to ``user0`` .. ``user39``, by job id."""
+FILTER = "user7"
+"""What the filter measurement types: one user's jobs (250 of 10,000) and their nodes."""
 
 
 def build_store(path: Path, nodes: int, count: int, samples: int) -> db.Store:
@@ -80,6 +97,8 @@ def build_store(path: Path, nodes: int, count: int, samples: int) -> db.Store:
         s.execute(update(GpuRow).values(emulated=True))
     req = specs.build(image="train:1", command=["python", "t.py"], gpus=1)
     ids = jobs.submit(store, [req] * count)
+    with transaction(store.engine, write=True) as s:
+        s.execute(update(JobRow).values(user="user" + (JobRow.id % USERS).cast(String)))
     running = ids[: len(gpu_ids)]
     sliced = ids[len(gpu_ids) : len(gpu_ids) + len(gpu_ids) // 8]
     allocs = [
@@ -94,7 +113,9 @@ def build_store(path: Path, nodes: int, count: int, samples: int) -> db.Store:
         s.execute(insert(AllocationRow), allocs)
         for group, state in ((running, "RUNNING"), (sliced, "SUSPENDED")):
             s.execute(
-                update(JobRow).where(JobRow.id.in_(group)).values(state=state, mechanism="freeze")
+                update(JobRow)
+                .where(JobRow.id.in_(group))
+                .values(state=state, mechanism="freeze", start_time=now - 3600)
             )
             s.execute(
                 insert(JobStateRow),
@@ -400,14 +421,21 @@ def _samples(job_id: int, gpus: int, util: float, history: History) -> list[dict
 
 
 def bench_frames(store: db.Store, repeat: int) -> None:
-    """Median frame build time (the first, which back-fills the history, apart)."""
+    """Median frame build time (the first apart), and that of a refresh of an unchanged store.
+
+    The first build back-fills the profile history; a refresh of an
+    unchanged store reads its stamp and takes the last frame again.
+    """
     source = FrameSource(store, time.time)
     first = source.build()
     took = [source.build().build_seconds for _ in range(repeat)]
+    source.latest()
+    same = [source.latest().build_seconds for _ in range(repeat)]
     print(
         f"  frame build: {statistics.median(took):.3f} s median of {repeat}"
         f" (first {first.build_seconds:.3f} s); {len(first.nodes):,} nodes,"
-        f" {sum(len(n.gpus) for n in first.nodes):,} GPUs, {len(first.jobs):,} jobs"
+        f" {sum(len(n.gpus) for n in first.nodes):,} GPUs, {len(first.jobs):,} jobs;"
+        f" refresh of an unchanged store {statistics.median(same):.3f} s"
     )
 
 
@@ -440,6 +468,62 @@ async def bench_render(store: db.Store, repeat: int) -> None:
     )
 
 
+async def _settle(pilot: Pilot[None]) -> None:
+    """Wait until the frame worker is done and the screen has caught up."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def bench_idle(store: db.Store, seconds: float, interval: float) -> None:
+    """CPU used by the app left alone, refreshing every ``interval`` s, as % of one core."""
+    app = WatchApp(store, interval=interval)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await _settle(pilot)
+        await asyncio.sleep(2 * interval)  # the refresh after the first frame is settled too
+        await _settle(pilot)
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.sleep(seconds)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    print(
+        f"  idle: {100 * cpu / wall:.1f} % of a core ({cpu:.2f} s CPU in {wall:.1f} s,"
+        f" refreshing every {interval:g} s, nothing changing)"
+    )
+
+
+async def bench_filter(store: db.Store, repeat: int) -> None:
+    """Median time for the filter to apply, and from typing its first key to its result."""
+    app = WatchApp(store, interval=3600.0)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await _settle(pilot)
+        box = app.query_one("#filter", Input)
+        applied, typed, cleared = [], [], []
+        for _ in range(repeat):
+            box.value = FILTER  # as if pasted, then Enter
+            started = time.perf_counter()
+            app.apply_filter()
+            await _settle(pilot)
+            applied.append(time.perf_counter() - started)
+            shown = (app.query_one(JobsTable).row_count, app.query_one(NodesTable).row_count)
+            started = time.perf_counter()
+            await pilot.press("escape")
+            await _settle(pilot)
+            cleared.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await pilot.press("slash", *FILTER)
+            while app.filter_text != FILTER:
+                await pilot.pause(0.01)
+            await _settle(pilot)
+            typed.append(time.perf_counter() - started)
+            await pilot.press("escape")
+            await _settle(pilot)
+    print(
+        f"  filter {FILTER!r}: applied in {statistics.median(applied):.3f} s median of {repeat}"
+        f" ({shown[0]:,} jobs, {shown[1]:,} nodes shown, the screen redrawn); typed key by key,"
+        f" first key to result {statistics.median(typed):.3f} s; cleared (Esc)"
+        f" {statistics.median(cleared):.3f} s"
+    )
+
+
 async def screenshot(store: db.Store, path: Path, clock: Clock, node: str | None = None) -> None:
     """Save the dashboard over ``store`` as an SVG, with ``node`` under the nodes' cursor."""
     app = WatchApp(store, interval=3600.0, clock=clock)
@@ -461,6 +545,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs in the store")
     parser.add_argument("--samples", type=int, default=20, help="profile samples per job")
     parser.add_argument("--repeat", type=int, default=5, help="refreshes measured")
+    parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle CPU measured")
+    parser.add_argument("--interval", type=float, default=2.0, help="refresh interval when idle")
     parser.add_argument("--screenshot", type=Path, help="save the dashboard as this SVG")
     parser.add_argument(
         "--showcase", type=Path, help="only save the small showcase cluster's dashboard (SVG)"
@@ -483,6 +569,8 @@ def main() -> None:
             asyncio.run(screenshot(store, args.screenshot, time.time))
         bench_frames(store, args.repeat)
         asyncio.run(bench_render(store, args.repeat))
+        asyncio.run(bench_filter(store, args.repeat))
+        asyncio.run(bench_idle(store, args.idle, args.interval))
 
 
 if __name__ == "__main__":

@@ -434,6 +434,11 @@ def _elapsed(start: float, end: float) -> str:
     return f"{days}-{h:02d}:{m:02d}:{s:02d}" if days else core
 
 
+def time_used(start: float | None, end: float | None, now: float) -> str:
+    """Time used as squeue's ``%M`` shows it (up to ``end`` if it ended; ``0:00``: never ran)."""
+    return "0:00" if start is None else _elapsed(start, end or now)
+
+
 def _reason_or_nodes(state: str, reason: str | None, nodes: tuple[str, ...]) -> str:
     if nodes and state != "PENDING":
         return ",".join(nodes)
@@ -457,7 +462,7 @@ _COLUMNS: dict[str, _Column] = {
     "t": lambda jobs, now: jobs.code,
     "T": lambda jobs, now: _inert(jobs.state),
     "M": lambda jobs, now: [
-        "0:00" if start is None else _elapsed(start, end or now)
+        time_used(start, end, now)
         for start, end in zip(jobs.start_time, jobs.end_time, strict=True)
     ],
     "b": lambda jobs, now: list(map(str, jobs.gpus)),

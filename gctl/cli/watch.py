@@ -22,9 +22,11 @@ def watch(
 ) -> None:
     """Dashboard: nodes with their height, each node's GPUs, jobs, and the events timeline.
 
-    Keys: ? help, / filter, Enter details, s/r suspend/resume, m migrate,
-    c cancel, d/u drain/undrain, q quit. Works with or without the daemon
-    running; the database is chosen with gctl's --db option.
+    Keys: ? help, / filter, Enter details, l job output, g GPUs shown or
+    hidden, s/r suspend/resume, m migrate, c cancel, d/u drain/undrain,
+    q quit; a key acts on the job or node selected in the focused table.
+    Works with or without the daemon running; the database is chosen with
+    gctl's --db option.
     """
     from gctl.watch.app import WatchApp  # textual loads only for this command
 

@@ -558,6 +558,14 @@ def _check_all_found(asked: list[str] | None, found: list[str]) -> None:
         raise NotFound(f"unknown node {shown(missing[0])}")
 
 
+def answering(last_seen: float | None, last_error: str | None, at: float) -> bool:
+    """Whether a node counts as responding at ``at``: no error, and seen within the timeout.
+
+    A node that is not is shown with Slurm's ``*`` (:attr:`NodeView.state_flag`).
+    """
+    return last_error is None and last_seen is not None and at - last_seen <= HEARTBEAT_TIMEOUT
+
+
 def views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
     """Views of node rows, with occupancy from the allocations."""
     ids = [r.id for r in rows]
@@ -588,9 +596,7 @@ def views(s: Session, rows: list[NodeRow], *, detail: bool) -> list[NodeView]:
                 port=r.port,
                 ssh_user=r.ssh_user,
                 state=_state(r.admin_state, used, total),
-                responding=r.last_error is None
-                and r.last_seen is not None
-                and at - r.last_seen <= HEARTBEAT_TIMEOUT,
+                responding=answering(r.last_seen, r.last_error, at),
                 gpus_total=total,
                 gpus_used=used,
                 height=load[r.id] / total if total else 0.0,

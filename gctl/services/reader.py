@@ -103,20 +103,31 @@ def reading(target: str | None) -> Iterator[Reader]:
 
 @contextmanager
 def reading_store(store: Store) -> Iterator[Reader]:
-    """A reader over an opened store's engine (any backend); a driver error is a ServiceError."""
-    conn = store.engine.raw_connection()
+    """A reader over an opened store's engine (any backend); a driver error is a ServiceError.
+
+    That includes failing to connect (a store gone away).
+    """
+    failed = store.engine.dialect.loaded_dbapi.Error  # raw: SQLAlchemy wraps none
+    try:
+        conn = store.engine.raw_connection()
+    except failed as exc:
+        raise _unreadable(store, exc) from None
     sqlite = store.engine.dialect.name == "sqlite"
     try:
         cursor = conn.cursor()
         if sqlite:  # gctl's SQLite connections leave BEGIN to their user
             cursor.execute("BEGIN")
         yield Reader(cursor, "?" if sqlite else "%s")
-    except store.engine.dialect.loaded_dbapi.Error as exc:  # raw: SQLAlchemy wraps none
-        why = " ".join(str(exc).split())
-        raise ServiceError(f"cannot read database {store.url}: {why}") from None
+    except failed as exc:
+        raise _unreadable(store, exc) from None
     finally:
         conn.rollback()
         conn.close()
+
+
+def _unreadable(store: Store, exc: Exception) -> ServiceError:
+    why = " ".join(str(exc).split())
+    return ServiceError(f"cannot read database {store.url}: {why}")
 
 
 def _sqlite_revision(cursor: sqlite3.Cursor) -> str | None:

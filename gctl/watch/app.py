@@ -2,9 +2,20 @@
 
 A timer asks for a frame every ``interval`` seconds; the frame is built in
 a worker thread (:class:`~gctl.watch.data.Feed`) and rendered here, so the
-UI never waits on the store. Keys act on the job or node under the cursor
-through :mod:`gctl.watch.actions`; every action asks first, and
-``readonly`` refuses them all.
+UI never waits on the store; widgets redraw only what changed.
+
+Made for 80x24 first: the nodes table comes first and its HEIGHT column
+always shows; below :data:`WIDE` columns the node's GPUs are stacked under
+the nodes, and below :data:`TALL` rows they are hidden until ``g`` shows
+them (``g`` hides or shows them at any size); column widths follow the
+terminal.
+
+Keys act on the selection of the focused widget only: a job key on the job
+under the jobs table's cursor (or the job whose detail or output is open),
+a node key on the node under the nodes table's cursor (or the node whose
+detail is open), never on a row chosen earlier elsewhere. Actions go
+through :mod:`gctl.watch.actions`; every one asks first, and ``readonly``
+refuses them all.
 """
 
 from __future__ import annotations
@@ -17,17 +28,18 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Input
 
 from gctl.services import logs
 from gctl.services.db import Store
 from gctl.textsafe import inert
 from gctl.watch import actions
 from gctl.watch.data import Clock, Feed, FrameSource
-from gctl.watch.details import JobDetailScreen, LogReader, NodeDetailScreen
+from gctl.watch.details import JobDetailScreen, LogReader, LogScreen, NodeDetailScreen
 from gctl.watch.dialogs import ConfirmScreen, HelpScreen, MigrateScreen, ReasonScreen
 from gctl.watch.fmt import age
-from gctl.watch.panels import GpuGrid, Timeline
+from gctl.watch.panels import GpuGrid, StatusLine, Timeline
 from gctl.watch.tables import FrameTable, JobsTable, NodesTable
 
 SORT_KEYS = {
@@ -41,19 +53,33 @@ SORT_KEYS = {
     "A": "time",
 }
 """Shift+letter sorts the focused table by this column."""
+WIDE = 160
+"""Columns from which the GPU pane stands beside the nodes table, not under it."""
+TALL = 32
+"""Rows from which the GPU pane shows unless hidden with ``g``."""
+FILTER_PAUSE = 0.15
+"""Seconds the filter waits for the next key before it applies: typing is not held up."""
 
 
 class WatchApp(App[None]):
     """The dashboard over one store."""
 
     TITLE = "gctl watch"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL, "-tall")]
     CSS = """
     #status { height: 1; background: $boost; }
-    #top { height: 2fr; }
-    #nodes { width: 1fr; }
-    #gpus { width: 80; border-left: solid $accent; padding: 0 1; }
+    #top { height: 2fr; layout: vertical; }
+    #nodes { height: 1fr; min-height: 3; }
+    #gpus { height: auto; max-height: 12; border-top: solid $accent; padding: 0 1; }
+    Screen.-wide #top { layout: horizontal; }
+    Screen.-wide #nodes { width: 1fr; height: 1fr; }
+    Screen.-wide #gpus {
+        width: 80; height: 1fr; max-height: 100%; border-top: none; border-left: solid $accent;
+    }
+    Screen.-short #gpus { display: none; }
     #jobs { height: 2fr; border-top: solid $accent; }
-    #events { height: 1fr; min-height: 5; border-top: solid $accent; }
+    #events { height: 1fr; min-height: 4; border-top: solid $accent; }
     #filter { dock: bottom; display: none; }
     #filter.shown { display: block; }
     """
@@ -62,6 +88,8 @@ class WatchApp(App[None]):
         Binding("slash", "filter", "Filter"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("g", "gpus", "GPUs"),
+        Binding("l", "logs", "Logs"),
         Binding("s", "job('suspend')", "Suspend"),
         Binding("r", "job('resume')", "Resume"),
         Binding("m", "migrate", "Migrate"),
@@ -92,11 +120,13 @@ class WatchApp(App[None]):
         self.read_log = read_log
         self.feed = Feed(FrameSource(store, clock))
         self.render_seconds = 0.0
+        self.filter_text = ""
         self._refreshing = False
+        self._filter_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         """Status line, nodes and GPU grid, jobs, timeline, filter, footer."""
-        yield Static(id="status")
+        yield StatusLine(id="status")
         with Horizontal(id="top"):
             yield NodesTable(id="nodes")
             yield GpuGrid(id="gpus")
@@ -132,8 +162,9 @@ class WatchApp(App[None]):
         started = time.perf_counter()
         frame = self.feed.frame
         if frame is not None:
-            self.query_one(NodesTable).show(frame)
             self.query_one(JobsTable).show(frame)
+            self._filter_others()
+            self.query_one(NodesTable).show(frame)
             self.query_one(Timeline).show(frame)
             self.query_one(GpuGrid).show(frame, self.query_one(NodesTable).selected_key())
         self.render_seconds = time.perf_counter() - started
@@ -159,14 +190,13 @@ class WatchApp(App[None]):
             )
         elif frame is None:
             line.append("  reading…")
-        text = self.query_one(JobsTable).filter_text
-        if text:
-            line.append(f"  filter: {inert(repr(text))}", style="bold")
+        if self.filter_text:
+            line.append(f"  filter: {inert(repr(self.filter_text))}", style="bold")
         for table in self.query(FrameTable):
             note = table.cap_note()
             if note:
                 line.append(f"  {note}", style="bold yellow")
-        self.query_one("#status", Static).update(line)
+        self.query_one(StatusLine).show(line)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Moving on the nodes table shows that node's GPUs."""
@@ -196,15 +226,45 @@ class WatchApp(App[None]):
         box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        """Filter both tables as the text changes."""
+        """Filter as the text changes, once typing pauses (:data:`FILTER_PAUSE`)."""
         if event.input.id == "filter":
-            for table in self.query(FrameTable):
-                table.filter_on(event.value)
-            self._status()
+            if self._filter_timer is not None:
+                self._filter_timer.stop()
+            self._filter_timer = self.set_timer(FILTER_PAUSE, self.apply_filter)
+
+    def apply_filter(self) -> None:
+        """Filter jobs, nodes and the timeline by the filter line's text now."""
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+        self.filter_text = self.query_one("#filter", Input).value
+        self.query_one(JobsTable).filter_on(self.filter_text)
+        self._filter_others()
+        self._status()
+
+    def _filter_others(self) -> None:
+        """Nodes and events matching the filter, or the jobs it matches.
+
+        A node shows when its own text matches or a matching job runs on it;
+        an event when its text matches or it is about a job or node shown.
+        """
+        text = self.filter_text
+        jobs = self.query_one(JobsTable)
+        nodes = self.query_one(NodesTable)
+        if not text:
+            nodes.filter_on("")
+            self.query_one(Timeline).filter_on("", frozenset(), frozenset())
+            return
+        lines = [jobs.lines[r.key] for r in jobs.matches]
+        nodes.filter_on(text, frozenset(w.split(":")[0] for j in lines for w in j.where.split()))
+        self.query_one(Timeline).filter_on(
+            text, frozenset(j.id for j in lines), frozenset(r.key for r in nodes.matches)
+        )
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Enter keeps the filter and goes back to the tables."""
         if event.input.id == "filter":
+            self.apply_filter()
             event.input.remove_class("shown")
             self.query_one(JobsTable).focus()
 
@@ -213,6 +273,7 @@ class WatchApp(App[None]):
         box = self.query_one("#filter", Input)
         if box.value or box.has_class("shown"):
             box.value = ""
+            self.apply_filter()
             box.remove_class("shown")
             self.query_one(NodesTable).focus()
 
@@ -230,19 +291,38 @@ class WatchApp(App[None]):
         return not self.readonly
 
     def _job(self) -> int | None:
-        key = self.query_one(JobsTable).selected_key()
+        """The job the focused widget has selected (see the module docstring), or None, said."""
+        screen, focused = self.screen, self.focused
+        if isinstance(screen, JobDetailScreen | LogScreen):
+            return screen.job_id
+        key = focused.selected_key() if isinstance(focused, JobsTable) else None
         if key is None:
-            self.notify("no job selected", severity="warning")
+            self.notify("no job selected: move to a job in the jobs table", severity="warning")
         return None if key is None else int(key)
 
     def _node(self) -> str | None:
-        key = self.query_one(NodesTable).selected_key()
+        """The node the focused widget has selected (see the module docstring), or None, said."""
+        screen, focused = self.screen, self.focused
+        if isinstance(screen, NodeDetailScreen):
+            return screen.name_
+        key = focused.selected_key() if isinstance(focused, NodesTable) else None
         if key is None:
-            self.notify("no node selected", severity="warning")
+            self.notify("no node selected: move to a node in the nodes table", severity="warning")
         return key
 
+    def action_gpus(self) -> None:
+        """Hide or show the GPU pane (at any size, until pressed again)."""
+        grid = self.query_one(GpuGrid)
+        grid.display = not grid.display
+
+    def action_logs(self) -> None:
+        """Show the selected job's output, read in a worker (``gctl logs``)."""
+        job_id = self._job()
+        if job_id is not None:
+            self.push_screen(LogScreen(self.store, job_id, self.read_log))
+
     def action_job(self, action: str) -> None:
-        """Suspend, resume or cancel the job under the jobs table's cursor, once confirmed."""
+        """Suspend, resume or cancel the selected job, once confirmed."""
         if not self._allowed(action):
             return
         job_id = self._job()
@@ -272,7 +352,7 @@ class WatchApp(App[None]):
         self.push_screen(ConfirmScreen(question), answered)
 
     def action_drain(self) -> None:
-        """Drain the node under the nodes table's cursor, with a reason."""
+        """Drain the selected node, with a reason."""
         if not self._allowed("drain"):
             return
         name = self._node()
@@ -286,7 +366,7 @@ class WatchApp(App[None]):
         self.push_screen(ReasonScreen(f"Drain node {name}: why?"), given)
 
     def action_undrain(self) -> None:
-        """Undrain the node under the nodes table's cursor, once confirmed."""
+        """Undrain the selected node, once confirmed."""
         if not self._allowed("undrain"):
             return
         name = self._node()

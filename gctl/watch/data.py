@@ -4,13 +4,18 @@
 same services as the CLI (``queue.queue``, ``events.list_events``) and the
 dashboard's own (:mod:`gctl.services.dashboard`: nodes with who holds each
 GPU and how, each job's mechanism and time in state, profile samples); no
-SQL here. It runs in a worker thread. :class:`Feed` keeps the last good
-frame when a refresh fails and says how old it is, so the screen never
-freezes and never lies.
+SQL here. It runs in a worker thread. Each refresh first reads the
+store's :func:`~gctl.services.dashboard.stamp` (a few tens of ms at 1,000
+nodes and 10,000 jobs); only when it changed is a new frame built (about a
+second there), else the last frame is taken again at the new time, with
+the very same lines, so the widgets can tell that nothing changed.
+:class:`Feed` keeps the last good frame when a refresh fails and says how
+old it is, so the screen never freezes and never lies.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,9 +45,23 @@ class FrameSource:
         self.clock = clock
         self.events_limit = events_limit
         self.history = dashboard.ProfileHistory()
+        self._stamp: dashboard.Stamp | None = None
+        self._last: Frame | None = None
+
+    def latest(self) -> Frame:
+        """A frame of now: built anew if the store's stamp changed, else the last one re-timed."""
+        started = time.perf_counter()
+        # The stamp before the build: a change made meanwhile is seen by the next refresh.
+        stamp = dashboard.stamp(self.store)
+        if self._last is None or stamp != self._stamp:
+            self._last, self._stamp = self.build(), stamp
+            return self._last
+        return dataclasses.replace(
+            self._last, taken_at=self.clock(), build_seconds=time.perf_counter() - started
+        )
 
     def build(self) -> Frame:
-        """A new frame (raises the store's errors; :class:`Feed` handles them)."""
+        """A new frame, read in full (raises the store's errors; :class:`Feed` handles them)."""
         started = time.perf_counter()
         cluster = dashboard.read(self.store, self.history)
         listed = queue.queue(self.store)
@@ -74,16 +93,19 @@ class FrameSource:
                 cluster.where.get(job_id, ""),
                 cluster.mechanism.get(job_id),
                 latest_rate(cluster.samples.get(job_id, ())),
-                cluster.since.get(job_id),
+                start,
+                end,
                 reason,
                 held,
             )
-            for job_id, name, user, state, gpus, reason, held in zip(
+            for job_id, name, user, state, gpus, start, end, reason, held in zip(
                 listed.id,
                 listed.name,
                 listed.user,
                 listed.state,
                 listed.gpus,
+                listed.start_time,
+                listed.end_time,
                 listed.reason,
                 listed.held,
                 strict=True,
@@ -114,7 +136,7 @@ class Feed:
     def refresh(self) -> Frame | None:
         """Try a new frame; on a store failure keep the last one and remember why."""
         try:
-            self.frame = self.source.build()
+            self.frame = self.source.latest()
             self.error = None
         except FAILURES as exc:
             self.error = " ".join(str(exc).split())[:200] or type(exc).__name__

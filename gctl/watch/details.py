@@ -1,11 +1,13 @@
-"""Drill-down screens: a job (spec, history, ``gctl why``, log tail), a node (inventory, reasons).
+"""Drill-down screens: a job (spec, history, ``gctl why``, log tail), its output, a node.
 
 The text is the CLI's own (``gctl show job``, ``gctl why``, ``gctl node
-show``, ``gctl events``), rendered by :mod:`gctl.cli.render` from the same
-services, so the dashboard and the commands never disagree. The services
-are called in worker threads, once when the screen opens; a job's log tail
-(``gctl logs``, read over SSH from its node) is read in a worker of its own,
-so the rest shows without waiting for the host. Esc goes back.
+show``, ``gctl events``, ``gctl logs``), rendered by :mod:`gctl.cli.render`
+from the same services, so the dashboard and the commands never disagree.
+The services are called in worker threads, once when the screen opens; a
+job's log tail (``gctl logs``, read over SSH from its node, or the output
+kept after its container went) is read in a worker of its own, so the rest
+shows without waiting for the host. The log view (``l``) shows more of the
+output, as read when it opened (it does not follow). Esc goes back.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ NODE_EVENTS = 15
 """How many of a node's latest events its detail shows."""
 LOG_LINES = 50
 """How many of a job's last output lines its detail shows."""
+LOG_VIEW_LINES = 1000
+"""How many of a job's last output lines the log view shows."""
 
 LogReader = Callable[[Store, int, int], logs.LogTail]
 """Reads a job's last lines of output: :func:`gctl.services.logs.tail`, or a test's stand-in."""
@@ -53,6 +57,9 @@ class DetailScreen(Screen[None]):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("q", "app.quit", "Quit"),
     ]
+
+    AT_END: ClassVar[bool] = False
+    """Whether the page opens scrolled to its end (a log) rather than its top."""
 
     def __init__(self, title: str) -> None:
         """An empty page titled ``title`` until the worker fills it."""
@@ -78,14 +85,20 @@ class DetailScreen(Screen[None]):
 
     def _load(self) -> None:
         try:
-            draw = self.fetch()
+            page = self.fetch()
         except FAILURES as exc:
             self.app.call_from_thread(self.body.update, Text(inert(str(exc)), style="red"))
             return
-        self.app.call_from_thread(lambda: self.body.update(Text(captured(draw))))
+        self.app.call_from_thread(self._fill, page)
 
-    def fetch(self) -> Callable[[], None]:
-        """Read from the services (in the worker); return what draws the page."""
+    def _fill(self, page: Callable[[], Text]) -> None:
+        self.body.update(page())
+        if self.AT_END:
+            scroll = self.query_one(VerticalScroll)
+            self.call_after_refresh(scroll.scroll_end, animate=False)
+
+    def fetch(self) -> Callable[[], Text]:
+        """Read from the services (in the worker); return what makes the page (on the UI thread)."""
         raise NotImplementedError
 
 
@@ -109,7 +122,7 @@ class JobDetailScreen(DetailScreen):
         super().on_mount()
         self.run_worker(self._load_log, thread=True, group="log")
 
-    def fetch(self) -> Callable[[], None]:
+    def fetch(self) -> Callable[[], Text]:
         """The job's detail and its explanation."""
         detail = jobs.show_job(self.store, self.job_id)
         reasons = why.explain(self.store, self.job_id)
@@ -119,7 +132,7 @@ class JobDetailScreen(DetailScreen):
             print("\nWhy (gctl why):")
             render.why(reasons)
 
-        return draw
+        return lambda: Text(captured(draw))
 
     def _load_log(self) -> None:
         try:
@@ -160,7 +173,7 @@ class NodeDetailScreen(DetailScreen):
         self.store = store
         self.name_ = name
 
-    def fetch(self) -> Callable[[], None]:
+    def fetch(self) -> Callable[[], Text]:
         """The node's inventory and topology, and its recent events."""
         view = nodes.show_node(self.store, self.name_)
         recent = events.list_events(self.store, node=self.name_, limit=NODE_EVENTS)
@@ -170,4 +183,22 @@ class NodeDetailScreen(DetailScreen):
             print("\nRecent events:")
             render.events_table(recent)
 
-        return draw
+        return lambda: Text(captured(draw))
+
+
+class LogScreen(DetailScreen):
+    """A job's output: the last :data:`LOG_VIEW_LINES` lines, as ``gctl logs`` reads them."""
+
+    AT_END = True
+
+    def __init__(self, store: Store, job_id: int, read_log: LogReader = logs.tail) -> None:
+        """The output of ``job_id``, read with ``read_log``."""
+        super().__init__(f"job {job_id}: output")
+        self.store = store
+        self.job_id = job_id
+        self.read_log = read_log
+
+    def fetch(self) -> Callable[[], Text]:
+        """The job's last lines of output (a reason in red when there are none to read)."""
+        got = self.read_log(self.store, self.job_id, LOG_VIEW_LINES)
+        return lambda: log_text(got)

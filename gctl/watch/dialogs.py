@@ -17,16 +17,18 @@ from gctl.watch.frame import Frame
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("?", "this help"),
-    ("/", "filter nodes and jobs (Esc clears)"),
+    ("/", "filter jobs, their nodes and the timeline (Esc clears)"),
     ("Tab / mouse", "move between nodes, jobs and events"),
     ("Enter", "details of the job or node under the cursor"),
     ("Esc", "back"),
-    ("s / r", "suspend / resume the job"),
-    ("m", "migrate the job (choose the target node)"),
-    ("c", "cancel the job"),
-    ("d / u", "drain (asks a reason) / undrain the node"),
+    ("g", "hide / show the GPUs of the node under the cursor"),
+    ("l", "output of the selected job (gctl logs)"),
+    ("s / r", "suspend / resume the selected job"),
+    ("m", "migrate the selected job (choose the target node)"),
+    ("c", "cancel the selected job"),
+    ("d / u", "drain (asks a reason) / undrain the selected node"),
     ("I N U T G H P A", "sort by id, name, user, state, GPUs, height, rate, time (again: reverse)"),
-    ("click a header", "sort by that column"),
+    ("click a header", "sort by that column (▲ ▼ mark it)"),
     ("q", "quit"),
 )
 """The keys, as the help screen lists them."""

@@ -88,12 +88,20 @@ def coarse_age(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
 
 
+def cell(text: str, style: str | None = None) -> Text:
+    """User or host text for a widget: never markup, control characters escaped.
+
+    One line: where its column is narrower, it is cut with an ellipsis.
+    """
+    return Text(inert(text), style=style or "", no_wrap=True, overflow="ellipsis", end="")
+
+
 @functools.lru_cache(maxsize=1024)
 def styled(text: str, style: str | None) -> Text:
-    """``text`` in ``style`` (plain when None); shared, so never change what it returns."""
-    return Text(inert(text), style=style or "")
+    """:func:`cell` of ``text`` in ``style``, shared: never change what it returns."""
+    return cell(text, style)
 
 
 def plain(text: str) -> Text:
-    """User or host text for a widget: never markup, its control characters escaped; shared."""
+    """:func:`cell` of ``text`` without a style, shared: never change what it returns."""
     return styled(text, None)

@@ -66,7 +66,8 @@ class JobLine:
     where: str
     mechanism: str | None
     rate: float | None
-    since: float | None
+    start_time: float | None
+    end_time: float | None
     reason: str | None
     held: bool
 

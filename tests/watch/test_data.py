@@ -80,5 +80,5 @@ def test_an_opportunistic_job_is_marked_alone_and_beside_a_production_job() -> N
     alone = GpuCell("n1", 0, "V100", 16384, True, (guest,))
     beside = GpuCell("n1", 1, "V100", 16384, True, (Holder(4, "exclusive", True, 1), guest))
     assert (alone.mode, beside.mode) == ("opportunistic", "tgs")
-    assert _jobs_cell(beside).plain == "4 ~9"
+    assert _jobs_cell(beside).plain == "#4 ~#9"
     assert beside.slice_holder is None  # both run: nobody waits for a slice

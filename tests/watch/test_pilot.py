@@ -10,7 +10,7 @@ from watchkit import fake_logs, make_app, pilot_test
 from gctl.services import db, jobs, logs, nodes, specs
 from gctl.services.db import Store
 from gctl.services.logs import LogSource, LogTail
-from gctl.watch.app import WatchApp
+from gctl.watch.app import FILTER_PAUSE, WatchApp
 from gctl.watch.details import JobDetailScreen, NodeDetailScreen
 from gctl.watch.dialogs import ConfirmScreen, HelpScreen, MigrateScreen, ReasonScreen
 from gctl.watch.panels import GpuGrid, Timeline
@@ -80,6 +80,8 @@ async def test_filter_narrows_both_tables_and_esc_clears(busy: Store) -> None:
         await pilot.press("slash")
         assert app.focused is app.query_one("#filter", Input)
         await pilot.press(*"bob")
+        assert app.query_one(JobsTable).row_count == 12  # not yet: typing has not paused
+        await pilot.pause(FILTER_PAUSE + 0.1)
         assert app.query_one(JobsTable).row_count == 5
         await pilot.press("enter")
         assert app.query_one(JobsTable).row_count == 5
@@ -176,9 +178,9 @@ async def test_status_line_says_when_the_row_cap_hides_rows(
         assert app.query_one(JobsTable).row_count == 5
         assert "jobs: showing 5 of 12 — / to filter" in status_line(app)
         assert "nodes: showing" not in status_line(app)  # 6 nodes: all shown
-        await pilot.press("slash", *"alice")
+        await pilot.press("slash", *"alice", "enter")
         assert "jobs: showing 5 of 7 matching — narrow the filter" in status_line(app)
-        await pilot.press(*["backspace"] * 5, *"bob")  # 5 jobs: all shown
+        await pilot.press("slash", *["backspace"] * 5, *"bob", "enter")  # 5 jobs: all shown
         assert app.query_one(JobsTable).row_count == 5
         assert "showing" not in status_line(app)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 from watchkit import make_app
 
@@ -34,6 +35,25 @@ async def _on_n4(pilot: Pilot[None]) -> None:
 def test_dashboard(busy: Store, snap_compare: Any) -> None:
     """Nodes with height bars, n4's time-sliced GPUs, jobs, the events timeline."""
     assert snap_compare(make_app(busy), terminal_size=SIZE, run_before=_on_n4)
+
+
+@pytest.mark.parametrize(
+    "size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: "x".join(map(str, s))
+)
+def test_dashboard_at(busy: Store, snap_compare: Any, size: tuple[int, int]) -> None:
+    """The dashboard at 80x24 (GPUs hidden), 120x40 (under the nodes) and 200x60 (beside)."""
+    assert snap_compare(make_app(busy), terminal_size=size, run_before=_on_n4)
+
+
+def test_narrow_with_gpus_and_a_filter(busy: Store, snap_compare: Any) -> None:
+    """80x24 with the GPU pane shown (g) and the filter ``bob``: his jobs, nodes and events."""
+
+    async def filtered(pilot: Pilot[None]) -> None:
+        await _on_n4(pilot)
+        await pilot.press("g", "slash", *"bob", "enter")
+        await _settle(pilot)
+
+    assert snap_compare(make_app(busy), terminal_size=(80, 24), run_before=filtered)
 
 
 def test_help_readonly(busy: Store, snap_compare: Any) -> None:
