@@ -462,7 +462,7 @@ class _Loop:
                 continue
             node = nodes[home[guest]]
             tdir = f"{hostops.store_dir(node, sid)}/throttles/{guest}"
-            name = container_name(sid, guest, attempt)
+            name = container_name(sid, guest, attempt, node.name)
             out.append(Pair(guest, attempt, host, node.name, name, tdir))
         return out
 

@@ -133,6 +133,7 @@ def observe(
                 request["lease"] = {
                     "dir": hostops.agent_dir(row, site.store_id),
                     "store": site.store_id,
+                    "node": row.name,
                     "timeout": lease_timeout,
                     "docker": hostops.docker_argv(row),
                 }

@@ -82,6 +82,7 @@ LOCK = "watchdog.lock"
 SCRIPT = "watchdog.py"
 LOG = "watchdog.log"
 LABEL_STORE = "gctl.store"
+LABEL_NODE = "gctl.node"
 POLL_S = 1.0
 """Seconds between the watchdog's looks at its lease."""
 THROTTLE = "throttle.json"
@@ -181,6 +182,7 @@ def renew_lease(lease: dict[str, Any]) -> int | None:
     doc = {
         "timeout": float(lease["timeout"]),
         "store": str(lease["store"]),
+        "node": str(lease.get("node") or ""),
         "docker": list(lease["docker"]),
         "standdown": False,
     }
@@ -291,9 +293,11 @@ def watchdog(agent_dir: str) -> None:
         lease = expired(agent_dir, time.time())
         if lease is not None:
             docker = [str(a) for a in lease.get("docker") or ["docker"]]
-            label = f"label={LABEL_STORE}={lease['store']}"
+            mine = ["--filter", f"label={LABEL_STORE}={lease['store']}"]
+            if lease.get("node"):  # an engine other nodes share: only this node's
+                mine += ["--filter", f"label={LABEL_NODE}={lease['node']}"]
             try:
-                running = _docker(docker, "ps", "-q", "--filter", label)
+                running = _docker(docker, "ps", "-q", *mine)
                 if running:
                     _docker(docker, "unpause", *running)  # a frozen container cannot be killed
                     killed = _docker(docker, "kill", *running)

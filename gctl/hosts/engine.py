@@ -65,12 +65,13 @@ def _number(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def container_name(store_id: str, job_id: int, attempt: int) -> str:
-    """A job attempt's container name: store, job and attempt, so none ever clashes.
+def container_name(store_id: str, job_id: int, attempt: int, node: str) -> str:
+    """A job attempt's container on a node: store, job, attempt and node, so none ever clashes.
 
-    Names are unique per engine, and two stores may share one.
+    Names are unique per engine, and two stores, or several nodes (a job
+    spread over them among others), may share one engine.
     """
-    return f"gctl-{store_id}-{job_id}-{attempt}"
+    return f"gctl-{store_id}-{job_id}-{attempt}-{node}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +113,7 @@ class ContainerSpec:
     @property
     def name(self) -> str:
         """The container name: :func:`container_name`."""
-        return container_name(self.store_id, self.job_id, self.attempt)
+        return container_name(self.store_id, self.job_id, self.attempt, self.node)
 
     def environment(self) -> dict[str, str]:
         """The job's own env, then what gctl tells every job (gctl's keys win)."""
@@ -448,8 +449,11 @@ class Engine:
             raise HostError(self.node, f"logs: Docker engine not reachable: {exc}") from exc
 
     def owned(self, job_id: int | None = None) -> list[ContainerState]:
-        """The store's containers on the host (running or not), or only one job's."""
-        labels = [f"{LABEL_STORE}={self.store_id}"]
+        """The store's containers of this node (running or not), or only one job's.
+
+        By their labels: an engine several nodes share lists each node's own.
+        """
+        labels = [f"{LABEL_STORE}={self.store_id}", f"{LABEL_NODE}={self.node}"]
         labels.append(LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}")
         found = self._call(lambda: self.api.containers(all=True, filters={"label": labels}), "list")
         return [_listed(c) or self.state(str(c["Id"])) for c in found]

@@ -220,7 +220,9 @@ def _locate(store: Store, job_id: int, node: str | None) -> _Place | tuple[LogSo
         if chosen is None:
             raise LogUnavailable(f"job {job_id} runs on {', '.join(names)}, not on {node}")
         return _Place(
-            LogSource(job_id, chosen.name, container_name(sid, job_id, row.attempt), names),
+            LogSource(
+                job_id, chosen.name, container_name(sid, job_id, row.attempt, chosen.name), names
+            ),
             row.attempt,
             hostops.target(chosen),
             chosen.docker_host,
@@ -246,7 +248,11 @@ def _kept(s: Session, row: JobRow, node: str | None, sid: str) -> tuple[LogSourc
     ]
     last = kept[-1]
     source = LogSource(
-        row.id, last.node, container_name(sid, row.id, last.attempt), tuple(names), kept=True
+        row.id,
+        last.node,
+        container_name(sid, row.id, last.attempt, last.node),
+        tuple(names),
+        kept=True,
     )
     return source, kept
 

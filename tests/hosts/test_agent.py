@@ -72,7 +72,8 @@ def test_prepare_seeds_a_new_attempt_from_the_newest_earlier_one_and_keeps_two(
 
 
 def _lease(agent_dir: Path, timeout: float, docker: Path) -> dict[str, Any]:
-    return {"dir": str(agent_dir), "store": "s1", "timeout": timeout, "docker": [str(docker)]}
+    lease = {"dir": str(agent_dir), "store": "s1", "node": "n1", "timeout": timeout}
+    return {**lease, "docker": [str(docker)]}
 
 
 def _kills(log: Path) -> list[str]:
@@ -107,6 +108,8 @@ def test_the_watchdog_kills_the_stores_containers_once_its_lease_runs_out(
         assert _kills(log) == []
         _wait_for(lambda: _kills(log), within=10)  # not renewed: killed
         assert _kills(log)[0] == "kill c1 c2"
+        # this node's containers of this store only: an engine may serve several nodes
+        assert "ps -q --filter label=gctl.store=s1 --filter label=gctl.node=n1" in log.read_text()
         assert "unpause c1 c2" in log.read_text()  # a frozen container cannot be killed
         assert (agent_dir / "watchdog.log").read_text().count("lease expired") >= 1
         run_mode("standdown", {"dir": str(agent_dir)})

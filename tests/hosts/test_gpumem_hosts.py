@@ -41,7 +41,7 @@ def test_a_job_over_its_gpu_memory_limit_is_stopped_and_one_within_it_is_never_t
     assert row.state == "FAILED", row.reason
     assert row.reason == "GPU memory limit exceeded: used 6000 MiB of 4096 MiB"
     assert took <= 10.0
-    name = container_name(store_id(host_store.engine), over, row.attempt)
+    sid = store_id(host_store.engine)
     docker = {h["name"]: h["docker_host"] for h in hosts["hosts"]}
 
     def gone() -> bool:
@@ -52,7 +52,8 @@ def test_a_job_over_its_gpu_memory_limit_is_stopped_and_one_within_it_is_never_t
                 text=True,
                 check=True,
             ).stdout.strip()
-            for url in docker.values()
+            for node, url in docker.items()
+            for name in [container_name(sid, over, row.attempt, node)]
         ]
         return not any(listed)
 

@@ -74,8 +74,8 @@ def _node_of(store: db.Store, job_id: int) -> str:
     return jobs.show_job(store, job_id).allocations[0][0]
 
 
-def _name(store: db.Store, job: int) -> str:
-    return container_name(store_id(store.engine), job, 0)
+def _name(store: db.Store, job: int, node: str) -> str:
+    return container_name(store_id(store.engine), job, 0, node)
 
 
 def test_tail_of_a_running_job(host_store: db.Store, daemon: Running) -> None:
@@ -103,7 +103,7 @@ def test_tail_of_a_running_job(host_store: db.Store, daemon: Running) -> None:
     doc = json.loads(out)
     node = _node_of(host_store, job)
     assert (doc["job_id"], doc["node"], doc["nodes"]) == (job, node, [node])
-    assert doc["container"] == _name(host_store, job) and len(doc["lines"]) == 2
+    assert doc["container"] == _name(host_store, job, node) and len(doc["lines"]) == 2
     assert all(re.fullmatch(r"step \d+/100000", line) for line in doc["lines"])
     tail = logs.tail(host_store, job, 5)  # what the dashboard's job detail shows
     assert tail.source.node == node and len(tail.lines) == 5
@@ -124,7 +124,7 @@ def test_follow_streams_stdout_and_stderr_until_the_job_ends(
     ]
     assert len(lines) == 61 and "failing at step 60" in lines
     _wait("job failed", lambda: _state(host_store, job) == "FAILED")
-    name = _name(host_store, job)
+    name = _name(host_store, job, node)
     _wait("its container removed", lambda: name not in _docker(node, "ps", "-a"))
     # Its output outlives its container: kept in its job directory on the node (Slurm's
     # slurm-N.out), stdout and stderr together.
@@ -186,10 +186,10 @@ def test_node_away_then_container_gone(host_store: db.Store, daemon: Running) ->
     assert (code, out) == (1, "")
     assert err.startswith(f"gctl: error: job {job}'s output: {node}: cannot reach ")
     assert err.count("\n") == 1
-    _docker(node, "rm", "-f", _name(host_store, job))
+    _docker(node, "rm", "-f", _name(host_store, job, node))
     code, out, err = run("logs", str(job))
     assert (code, out) == (1, "")
     assert (
-        err
-        == f"gctl: error: job {job}: its container {_name(host_store, job)} is gone from {node}\n"
+        err == f"gctl: error: job {job}: its container {_name(host_store, job, node)} is gone from"
+        f" {node}\n"
     )

@@ -202,7 +202,7 @@ def test_a_killed_daemon_leaves_no_container_frozen_and_the_next_one_takes_the_t
             store, *busy, "1.0", job_class="opportunistic", env=["GCTL_EMULATED_UTIL=100"]
         )
         _wait("the guest throttled", lambda: bool(_throttle_events(store, guest)))
-        name = container_name(store_id(store.engine), guest, 0)
+        name = container_name(store_id(store.engine), guest, 0, hosts["hosts"][0]["name"])
         tdir = next(Path(hosts["hosts"][0]["work_dir"]).glob(f"stores/*/throttles/{guest}"))
         _wait("the guest held", lambda: _freezer(hosts, name) in ("FROZEN", "1"), timeout=10)
         first.send_signal(signal.SIGKILL)

@@ -27,7 +27,7 @@ from gctl.daemon.site import Launch, Site
 from gctl.daemon.watch import Observation, Watch
 from gctl.hosts.engine import container_name
 from gctl.hosts.ssh import Pool
-from gctl.services import db, jobs, specs
+from gctl.services import db, jobs, nodes, specs
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, NodeRow
 
@@ -68,8 +68,8 @@ def reconcile(site: Site) -> Report:
         inflight.close()
 
 
-def _name(site: Site, job: int, attempt: int) -> str:
-    return container_name(site.store_id, job, attempt)
+def _name(site: Site, job: int, attempt: int, node: str) -> str:
+    return container_name(site.store_id, job, attempt, node)
 
 
 def _submit(store: db.Store) -> int:
@@ -121,7 +121,7 @@ def test_a_running_container_the_store_lost_is_adopted(host_store: db.Store, sit
         kinds = list(s.scalars(select(EventRow.kind).where(EventRow.job_id == job)))
     assert _held(host_store, job) == [("h2", 1, "exclusive")]
     assert kinds[-1] == "job.adopt"
-    assert _containers("h2") == [f"{_name(site, job, 0)} running"]
+    assert _containers("h2") == [f"{_name(site, job, 0, 'h2')} running"]
     assert reconcile(site).adopted == []  # level-triggered: nothing left to do
 
 
@@ -142,9 +142,9 @@ def test_a_container_of_no_stored_job_is_removed_and_a_vanished_one_restarted(
 
     report = reconcile(site)
 
-    assert report.removed == [_name(site, orphan, 0)] and report.restarted == [kept]
+    assert report.removed == [_name(site, orphan, 0, "h1")] and report.restarted == [kept]
     assert _containers("h1") == []
-    assert _containers("h2") == [f"{_name(site, kept, 1)} running"]
+    assert _containers("h2") == [f"{_name(site, kept, 1, 'h2')} running"]
     with transaction(host_store.engine, write=False) as s:
         row = s.get(JobRow, kept)
         assert row is not None and row.state == "RUNNING" and row.attempt == 1
@@ -172,7 +172,40 @@ def test_another_stores_containers_on_the_same_hosts_are_never_touched(
         theirs.close()
     assert _containers("h1") == sorted(
         [
-            f"{_name(site, our_job, 0)} running",
-            f"{container_name(theirs.store_id, their_job, 0)} running",
+            f"{_name(site, our_job, 0, 'h1')} running",
+            f"{container_name(theirs.store_id, their_job, 0, 'h1')} running",
         ]
     )
+
+
+def test_nodes_sharing_one_engine_each_see_and_reconcile_only_their_own_containers(
+    hosts: dict[str, Any], host_store: db.Store, site: Site, tmp_path: Path
+) -> None:
+    """Issue 26: h1b is a second node on h1's host and engine (the scale harness shares engines)."""
+    h1 = next(h for h in testhosts.env()["hosts"] if h["name"] == "h1")
+    nodes.add_node(
+        host_store,
+        "h1b",
+        h1["host"],
+        port=h1["port"],
+        ssh_user=h1["user"],
+        key_path=hosts["key"],
+        emulate_gpus="2xV100-16GB",
+        host_key_fingerprint=h1["fingerprint"],
+        work_dir=str(tmp_path / "h1b-work"),
+        docker_host=h1["docker_host"],
+    )
+    ours, neighbours = _submit(host_store), _submit(host_store)
+    _start_unrecorded(site, ours, "h1", 0)
+    _start_unrecorded(site, neighbours, "h1b", 0)
+    assert _containers("h1") == sorted(  # one engine, both nodes' containers
+        [f"{_name(site, ours, 0, 'h1')} running", f"{_name(site, neighbours, 0, 'h1b')} running"]
+    )
+    with transaction(host_store.engine, write=False) as s:
+        rows = {r.name: r for r in s.scalars(select(NodeRow))}
+    assert [c.job_id for c in site.engine(rows["h1"]).owned()] == [ours]
+    assert [c.job_id for c in site.engine(rows["h1b"]).owned()] == [neighbours]
+    report = reconcile(site)  # each adopted on its own node, neither taken for an orphan
+    assert sorted(report.adopted) == sorted([ours, neighbours]) and report.removed == []
+    assert _held(host_store, ours) == [("h1", 0, "exclusive")]
+    assert _held(host_store, neighbours) == [("h1b", 0, "exclusive")]

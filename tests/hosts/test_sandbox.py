@@ -90,7 +90,7 @@ def test_a_job_runs_as_its_user_with_no_way_to_more(
     stat = subprocess.run(argv, capture_output=True, text=True, check=True)
     (dir_owner, dir_mode), (file_owner, _) = (line.split() for line in stat.stdout.splitlines())
     assert (dir_owner, dir_mode, file_owner) == (str(alice), "700", str(alice))
-    spec = _inspect(hosts, node, container_name(sid, job, 0))
+    spec = _inspect(hosts, node, container_name(sid, job, 0, node))
     assert spec["Config"]["User"] == f"{alice}:{gid}"
     config = spec["HostConfig"]
     assert "no-new-privileges:true" in config["SecurityOpt"]
