@@ -1,10 +1,13 @@
-"""Shared set-up for the benchmarks: a seeded job stream and a peak-memory reading."""
+"""Shared set-up for the benchmarks: a seeded job stream, a peak-memory reading, a test run."""
 
 from __future__ import annotations
 
+import os
 import random
 import resource
+import subprocess
 import sys
+from pathlib import Path
 
 from gctl.core.model import JobSpec, Priority
 
@@ -26,3 +29,14 @@ def peak_rss_mib() -> float:
     """Peak resident memory of this process so far, in MiB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def run_test(test: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run one test of the suite (``pytest -q -s``) with ``env`` added; its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", test],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )

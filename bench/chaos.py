@@ -14,13 +14,10 @@ Run: ``.venv/bin/python bench/chaos.py [--faults 300] [--seed 0] [--kinds kill9,
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import run_test
 
 
 def main() -> None:
@@ -31,18 +28,11 @@ def main() -> None:
     parser.add_argument("--kinds", default="kill9,ssh,freeze,engine,rekey")
     args = parser.parse_args()
     test = "tests/hosts/test_chaos.py"
-    env = {
-        **os.environ,
-        "GCTL_CHAOS_FAULTS": str(args.faults),
-        "GCTL_CHAOS_SEED": str(args.seed),
-        "GCTL_CHAOS_KINDS": args.kinds,
-    }
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", test],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    out = run_test(
+        test,
+        GCTL_CHAOS_FAULTS=str(args.faults),
+        GCTL_CHAOS_SEED=str(args.seed),
+        GCTL_CHAOS_KINDS=args.kinds,
     )
     found = re.search(r"chaos run: .*", out.stdout)
     print(found.group(0) if found else "chaos run: no figures (the run failed before the end)")

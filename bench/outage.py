@@ -14,13 +14,11 @@ Run: ``.venv/bin/python bench/outage.py [--minutes 10]``
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import run_test
+
 TEST = "tests/hosts/test_faults.py::test_a_cut_off_host_does_not_run_its_jobs_twice_and_loses_none"
 
 
@@ -29,14 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     args = parser.parse_args()
-    env = {**os.environ, "GCTL_OUTAGE_SECONDS": str(args.minutes * 60)}
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", TEST],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    out = run_test(TEST, GCTL_OUTAGE_SECONDS=str(args.minutes * 60))
     found = re.search(r"outage events: (.*)", out.stdout)
     if out.returncode or not found:
         print(out.stdout[-6000:], out.stderr[-2000:], sep="\n")

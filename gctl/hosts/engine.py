@@ -11,6 +11,7 @@ every call.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -216,6 +217,12 @@ class ContainerState:
     def gpu_mem_limit_mb(self) -> int | None:
         """The job's ``--gpu-mem``: the most MiB it may use on each GPU (None: no limit)."""
         return _number(self.labels.get(LABEL_GPU_MEM, ""))
+
+
+# Beyond a node's pooled channels (max_channels), urllib3 opens one more for a request
+# and closes it after, warning "Connection pool is full, discarding connection" each
+# time: a routine event at many jobs per node, not something for the daemon's journal.
+logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 class _ChannelConnection(urllib3.connection.HTTPConnection):

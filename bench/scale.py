@@ -1,0 +1,280 @@
+"""The daemon at many hosts: heartbeat round, tick time, submit to running, memory and CPU.
+
+For each ``--hosts`` count N (default ``10,100``), starts N light hosts with
+``scripts/scalehosts.sh`` (each a real sshd on its own loopback address,
+sharing ``--engines`` real Docker engines), records them as nodes of 8
+emulated V100s in a fresh store (SQLite, or PostgreSQL with
+``--postgres``), starts the real ``gctl daemon`` (a child process, default
+periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
+
+- idle (``--idle`` seconds once every node has answered): the daemon's CPU
+  (share of one core) and resident memory, and the heartbeat round: the
+  oldest node answer at each second, worst seen (every node is looked at
+  every heartbeat, so this stays near the period plus one look);
+- load: ``--rate`` submissions per second for ``--load`` seconds of short
+  job-SDK jobs (1, 2 or 4 GPUs), then until they run: submit to RUNNING
+  p50/p99 (from the store's state history), the tick time p99 (the
+  daemon's ``gctl_daemon_tick_seconds`` histogram: the bucket it falls in)
+  and the heartbeat round under load;
+- with ``--freeze K``: K hosts frozen (SIGSTOP of their sshd and sessions)
+  during the load; how long until each is marked down, against
+  ``--node-timeout`` (default 20 s here).
+
+Prints one row per N. Needs root; uses its own hosts (never the test
+hosts). GPUs are emulated. On a small machine the hosts' own work (an
+``ssh`` session and a ``python3`` per look) shares the daemon's cores, so
+the figures are an upper bound of what the daemon needs.
+
+Run: ``.venv/bin/python bench/scale.py [--hosts 10,100,300] [--postgres]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gctl.services import db, jobs, nodes, specs  # noqa: E402
+from gctl.store.engine import transaction  # noqa: E402
+from gctl.store.models import JobRow, JobStateRow, NodeRow  # noqa: E402
+
+GCTL = str(Path(sys.executable).with_name("gctl"))
+HARNESS = str(ROOT / "scripts" / "scalehosts.sh")
+TESTPG = str(ROOT / "scripts" / "testpg.sh")
+TRAIN = ["python3", "/opt/gctl/train.py", "--steps", "20", "--step-time", "0.1"]
+METRICS_PORT = 9467
+
+
+def _harness(n: int, engines: int) -> dict[str, Any]:
+    """Start (or reuse) ``n`` light hosts; their description."""
+    out = subprocess.run([HARNESS, "start", str(n), str(engines)], capture_output=True, text=True)
+    if out.returncode != 0:
+        subprocess.run([HARNESS, "stop"], capture_output=True)
+        out = subprocess.run(
+            [HARNESS, "start", str(n), str(engines)], capture_output=True, text=True
+        )
+    if out.returncode != 0:
+        sys.exit(f"scalehosts.sh start {n}: {out.stderr.strip()[-500:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _store(url: str, info: dict[str, Any]) -> db.Store:
+    """A fresh store with every light host as a node of 8 emulated V100s."""
+    store = db.connect(url)
+    db.upgrade(store)
+    nodes.add_nodes(
+        store,
+        [
+            nodes.NodeSpec(
+                h["name"],
+                h["host"],
+                h["fingerprint"],
+                port=h["port"],
+                ssh_user=h["user"],
+                key_path=info["key"],
+                emulate_gpus="8xV100-16GB",
+                docker_host=h["docker_host"],
+                work_dir=h["work_dir"],
+            )
+            for h in info["hosts"]
+        ],
+    )
+    return store
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process and its reaped children."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib(pid: int) -> float:
+    found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(found.group(1)) / 1024 if found else 0.0
+
+
+def _staleness(store: db.Store, frozen: Collection[str] = ()) -> tuple[float, int]:
+    """Seconds since the oldest answer of a node not ``frozen``, and how many never answered."""
+    with transaction(store.engine, write=False) as s:
+        oldest, never = s.execute(
+            select(func.min(NodeRow.last_seen), func.count() - func.count(NodeRow.last_seen)).where(
+                NodeRow.name.not_in(sorted(frozen))
+            )
+        ).one()
+    return (time.time() - oldest if oldest else float("inf")), int(never)
+
+
+def _watch_round(store: db.Store, seconds: float, frozen: Collection[str] = ()) -> float:
+    """The worst heartbeat round over ``seconds`` (the oldest answer, each second), frozen aside."""
+    worst = 0.0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        worst = max(worst, _staleness(store, frozen)[0])
+        time.sleep(1.0)
+    return worst
+
+
+def _tick_p99() -> str:
+    """The bucket of the daemon's tick histogram its 99th percentile falls in."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    buckets = [
+        (float(le), float(v))
+        for le, v in re.findall(r'gctl_daemon_tick_seconds_bucket\{le="([^"]+)"\} (\S+)', text)
+    ]
+    total = max((v for _, v in buckets), default=0.0)
+    for le, count in sorted(buckets):
+        if total and count >= 0.99 * total:
+            return f"<= {le:g} s" if le != float("inf") else "> 10 s"
+    return "-"
+
+
+def _submit_to_running(store: db.Store, ids: list[int]) -> list[float]:
+    """Seconds from submit to first RUNNING of each job that ran."""
+    with transaction(store.engine, write=False) as s:
+        first = dict(
+            s.execute(
+                select(JobStateRow.job_id, func.min(JobStateRow.at))
+                .where(JobStateRow.job_id.in_(ids), JobStateRow.state == "RUNNING")
+                .group_by(JobStateRow.job_id)
+            ).all()
+        )
+        submitted = dict(s.execute(select(JobRow.id, JobRow.submit_time)).all())
+    return sorted(first[j] - submitted[j] for j in ids if j in first)
+
+
+def _freeze(info: dict[str, Any], names: list[str], store: db.Store, timeout: float) -> float:
+    """Freeze hosts ``names``; seconds until the store has them all down (thawed after)."""
+    subprocess.run([HARNESS, "freeze", *names], check=True)
+    began = time.monotonic()
+    try:
+        while time.monotonic() - began < timeout + 60:
+            with transaction(store.engine, write=False) as s:
+                down = s.scalar(
+                    select(func.count()).where(
+                        NodeRow.name.in_(names), NodeRow.admin_state == "down"
+                    )
+                )
+            if down == len(names):
+                return time.monotonic() - began
+            time.sleep(0.5)
+        return float("inf")
+    finally:
+        subprocess.run([HARNESS, "thaw", *names], check=True)
+
+
+def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Every figure for ``n`` hosts."""
+    info = _harness(n, args.engines)
+    url = args.db_url or str(tmp / f"scale-{n}.db")
+    store = _store(url, info)
+    argv = [GCTL, "--db", url, "daemon", "--metrics", f"127.0.0.1:{METRICS_PORT}"]
+    argv += ["--state-dir", str(tmp / f"state-{n}"), "--node-timeout", str(args.node_timeout)]
+    log = (tmp / f"daemon-{n}.log").open("ab")
+    daemon = subprocess.Popen(argv, stdout=log, stderr=log)
+    row: dict[str, Any] = {"hosts": n}
+    try:
+        began = time.monotonic()
+        while _staleness(store)[1] and time.monotonic() - began < 600:
+            time.sleep(0.5)
+        row["all_seen_s"] = time.monotonic() - began
+        cpu0, t0 = _cpu_seconds(daemon.pid), time.monotonic()
+        row["idle_round_s"] = _watch_round(store, args.idle)
+        row["idle_cpu"] = (_cpu_seconds(daemon.pid) - cpu0) / (time.monotonic() - t0)
+        row["idle_rss_mib"] = _rss_mib(daemon.pid)
+        ids: list[int] = []
+        sizes = [1, 1, 1, 2, 4]
+        start = time.monotonic()
+        frozen_s, names = None, []
+        for k in range(int(args.rate * args.load)):
+            while time.monotonic() < start + k / args.rate:
+                time.sleep(0.005)
+            req = specs.build(image="gctl-test/train:1", command=TRAIN, gpus=sizes[k % 5])
+            ids += jobs.submit(store, [req])
+            if args.freeze and k == int(args.rate * args.load) // 2:
+                names = [h["name"] for h in info["hosts"][: args.freeze]]
+                frozen_s = _freeze(info, names, store, args.node_timeout)
+        row["load_round_s"] = _watch_round(store, 10.0, names)
+        waits = _submit_to_running(store, ids)
+        row["ran"] = f"{len(waits)}/{len(ids)}"
+        row["p50_s"] = statistics.median(waits) if waits else float("nan")
+        row["p99_s"] = waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else float("nan")
+        row["tick_p99"] = _tick_p99()
+        row["rss_mib"] = _rss_mib(daemon.pid)
+        row["frozen_down_s"] = frozen_s
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(120)
+    return row
+
+
+def _postgres(tmp: Path, *, again: bool = False) -> str:
+    """A fresh PostgreSQL server under ``tmp`` (``scripts/testpg.sh``, the tests' own); its URL."""
+    if again:
+        subprocess.run([TESTPG, "stop", str(tmp / "pg")], capture_output=True)
+    out = subprocess.run(
+        [TESTPG, "start", str(tmp / "pg")], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def main() -> None:
+    """Measure each host count and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="10,100")
+    parser.add_argument("--engines", type=int, default=2)
+    parser.add_argument("--idle", type=float, default=30.0)
+    parser.add_argument("--load", type=float, default=30.0)
+    parser.add_argument("--rate", type=float, default=5.0)
+    parser.add_argument("--freeze", type=int, default=0)
+    parser.add_argument("--node-timeout", type=float, default=20.0)
+    parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="leave the hosts running")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gctl-scale-"))
+    args.db_url = None
+    try:
+        if args.postgres:
+            args.db_url = _postgres(tmp)
+        backend = "PostgreSQL" if args.postgres else "SQLite"
+        head = "hosts  seen(s) idle-round idle-CPU idle-RSS load-round submit->run p50/p99"
+        print(f"{head}  tick-p99  RSS  ran  frozen-down  ({backend})")
+        for n in [int(x) for x in args.hosts.split(",")]:
+            r = run_one(n, args, tmp)
+            frozen = "-" if r["frozen_down_s"] is None else f"{r['frozen_down_s']:.1f}s"
+            print(
+                f"{n:5d}  {r['all_seen_s']:6.1f}  {r['idle_round_s']:8.1f}s"
+                f"  {100 * r['idle_cpu']:6.1f}%  {r['idle_rss_mib']:6.0f}M"
+                f"  {r['load_round_s']:8.1f}s  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
+                f"  {r['tick_p99']:>8}  {r['rss_mib']:4.0f}M  {r['ran']}  {frozen}",
+                flush=True,
+            )
+            if args.postgres:  # a fresh database per N
+                args.db_url = _postgres(tmp, again=True)
+    finally:
+        if args.postgres:
+            subprocess.run([TESTPG, "stop", str(tmp / "pg")], capture_output=True)
+        if not args.keep:
+            subprocess.run([HARNESS, "stop"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Many light gctl test hosts on this machine, for scale runs (bench/scale.py).
+#
+#   scripts/scalehosts.sh start N [ENGINES]  # hosts s1..sN sharing ENGINES engines (default 2)
+#   scripts/scalehosts.sh env                # JSON description of the hosts (as testhosts.sh env)
+#   scripts/scalehosts.sh freeze NAME...     # SIGSTOP hosts' sshd and sessions (hung hosts)
+#   scripts/scalehosts.sh thaw NAME...       # SIGCONT them
+#   scripts/scalehosts.sh stop               # stop everything, delete the state dir
+#
+# Each light host sI is a real sshd of its own, answering as root at its own loopback
+# address 127.4.X.Y (X = I / 250, Y = I % 250 + 1) on port PORT, so the daemon opens one
+# SSH connection per host as it would on a real cluster. Nothing else runs per host: the
+# Docker engines are those of scripts/testhosts.sh's hosts h1..hENGINES (real dockerd,
+# the test image loaded), started under DIR/engines on port PORT+1, and host sI uses
+# engine h((I-1) % ENGINES + 1): gctl tells the nodes of one engine apart by its
+# container labels. Hosts share one SSH host key (DIR/ssh_host_ed25519_key) and the
+# engines' client key; each has its own work directory (DIR/sI/work).
+#
+# State lives in DIR=${GCTL_SCALEHOSTS_DIR:-/tmp/gctl-scalehosts}; PORT is
+# ${GCTL_SCALEHOSTS_PORT:-2322}. Needs root. Cost, measured on this project's 2-core CI
+# machine: see README.md's "Performance at scale".
+set -Eeuo pipefail
+
+HERE=$(cd -- "$(dirname -- "$0")" && pwd -P)
+DIR=${GCTL_SCALEHOSTS_DIR:-/tmp/gctl-scalehosts}
+DIR=${DIR%/}
+PORT=${GCTL_SCALEHOSTS_PORT:-2322}
+MAX_HOSTS=2000
+[[ $DIR =~ ^/[A-Za-z0-9._+/-]+$ && $DIR != *..* && ${#DIR} -le 40 ]] ||
+  { echo "scalehosts: error: GCTL_SCALEHOSTS_DIR must be a short absolute path" >&2; exit 1; }
+[[ $PORT =~ ^[0-9]+$ && $PORT -ge 1024 && $PORT -lt 65535 ]] ||
+  { echo "scalehosts: error: GCTL_SCALEHOSTS_PORT must be 1024..65534" >&2; exit 1; }
+ENGINES_DIR=$DIR/engines
+
+log() { printf 'scalehosts: %s\n' "$*" >&2; }
+die() {
+  printf 'scalehosts: error: %s\n' "$*" >&2
+  exit 1
+}
+
+addr() { printf '127.4.%s.%s' $(($1 / 250)) $(($1 % 250 + 1)); }
+testhosts() { GCTL_TESTHOSTS_DIR=$ENGINES_DIR GCTL_TESTHOSTS_PORT=$((PORT + 1)) "$HERE/testhosts.sh" "$@"; }
+hosts() { [ -f "$DIR/count" ] && seq 1 "$(cat "$DIR/count")"; }
+engines() { cat "$DIR/engines.count"; }
+
+# The pid of host I's sshd, if it runs.
+sshd_pid() {
+  local pid
+  pid=$(cat "$DIR/s$1/sshd.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && grep -qF "$DIR/s$1/sshd_config" "/proc/$pid/cmdline" 2>/dev/null || return 1
+  printf '%s' "$pid"
+}
+
+write_config() {
+  local i=$1 engine=$2 h=$DIR/s$1
+  mkdir -p "$h/work"
+  cat >"$h/sshd_config" <<EOF
+# Written by scripts/scalehosts.sh: light host s$i (engine h$engine).
+ListenAddress $(addr "$i"):$PORT
+HostKey $DIR/ssh_host_ed25519_key
+PidFile $h/sshd.pid
+AuthorizedKeysFile $ENGINES_DIR/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+X11Forwarding no
+MaxStartups 100
+MaxSessions 100
+LogLevel ERROR
+SetEnv DOCKER_HOST=unix://$ENGINES_DIR/h$engine/docker.sock SHLVL=1
+EOF
+}
+
+cmd_start() {
+  local n=$1 e=$2 i started=0
+  [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le $MAX_HOSTS ]] || die "N must be 1..$MAX_HOSTS"
+  [[ $e =~ ^[0-9]+$ && $e -ge 1 && $e -le 16 ]] || die "ENGINES must be 1..16"
+  [ "$(id -u)" -eq 0 ] || die "must run as root (sshd for root, dockerd)"
+  if [ -f "$DIR/count" ] && [ "$(cat "$DIR/count")" != "$n" ]; then
+    die "$DIR holds $(cat "$DIR/count") hosts; stop them first"
+  fi
+  mkdir -p "$DIR"
+  log "starting $e engine(s) under $ENGINES_DIR"
+  testhosts start "$e" >/dev/null
+  echo "$e" >"$DIR/engines.count"
+  [ -f "$DIR/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$DIR/ssh_host_ed25519_key"
+  echo "$n" >"$DIR/count"
+  mkdir -p /run/sshd
+  local began=$SECONDS
+  for i in $(seq 1 "$n"); do
+    sshd_pid "$i" >/dev/null && continue
+    write_config "$i" $(((i - 1) % e + 1))
+    setsid -f /usr/sbin/sshd -f "$DIR/s$i/sshd_config" -E "$DIR/s$i/sshd.log" </dev/null \
+      >/dev/null 2>&1
+    started=$((started + 1))
+  done
+  for i in $(seq 1 "$n"); do # every host answers before we say so
+    local tries=0
+    until (exec 5<>"/dev/tcp/$(addr "$i")/$PORT") 2>/dev/null; do
+      tries=$((tries + 1))
+      [ "$tries" -lt 300 ] || die "s$i did not listen on $(addr "$i"):$PORT (see $DIR/s$i/sshd.log)"
+      sleep 0.1
+    done
+  done
+  log "$n host(s) up ($started started) in $((SECONDS - began)) s"
+  cmd_env
+}
+
+cmd_env() {
+  local i first=1 fp e
+  fp=$(ssh-keygen -l -E sha256 -f "$DIR/ssh_host_ed25519_key.pub" | awk '{print $2}')
+  e=$(engines)
+  printf '{"dir": "%s", "key": "%s/id_ed25519", "image": "gctl-test/train:1", "hosts": [' \
+    "$DIR" "$ENGINES_DIR"
+  for i in $(hosts); do
+    [ "$first" -eq 1 ] || printf ', '
+    first=0
+    printf '{"name": "s%s", "host": "%s", "port": %s, "user": "root", ' "$i" "$(addr "$i")" "$PORT"
+    printf '"docker_host": "unix://%s/h%s/docker.sock", ' "$ENGINES_DIR" $(((i - 1) % e + 1))
+    printf '"work_dir": "%s/s%s/work", "fingerprint": "%s"}' "$DIR" "$i" "$fp"
+  done
+  printf ']}\n'
+}
+
+# A process and all its descendants (a host's sshd and its sessions).
+tree() {
+  local c
+  printf '%s\n' "$1"
+  for c in $(pgrep -P "$1" || true); do tree "$c"; done
+}
+
+# SIGSTOP or SIGCONT host NAME's sshd and every process of its sessions.
+signal_host() {
+  local sig=$1 name=$2 pid
+  [[ $name =~ ^s([0-9]+)$ ]] || die "bad host name '$name' (expected s1..sN)"
+  pid=$(sshd_pid "${BASH_REMATCH[1]}") || die "$name does not run"
+  # shellcheck disable=SC2046 # pids
+  kill "-$sig" $(tree "$pid") 2>/dev/null || true # a session may end meanwhile
+}
+
+cmd_stop() {
+  # Watchdogs first: with their daemon gone, each asks its (shared) engine every second.
+  pkill -KILL -f "^/usr/bin/python3 $DIR/s[0-9]+/work/.*/watchdog.py" 2>/dev/null || true
+  pkill -CONT -f "sshd -f $DIR/s[0-9]+/sshd_config" 2>/dev/null || true
+  pkill -KILL -f "sshd -f $DIR/s[0-9]+/sshd_config" 2>/dev/null || true
+  [ ! -d "$ENGINES_DIR" ] || testhosts stop
+  rm -rf -- "$DIR"
+}
+
+case "${1:-}" in
+  start) cmd_start "${2:-}" "${3:-2}" ;;
+  env) cmd_env ;;
+  freeze) shift && for h in "$@"; do signal_host STOP "$h"; done ;;
+  thaw) shift && for h in "$@"; do signal_host CONT "$h"; done ;;
+  stop) cmd_stop ;;
+  *)
+    sed -n '2,9p' "$0" >&2
+    exit 2
+    ;;
+esac
