@@ -1,0 +1,87 @@
+"""scripts/scalehosts.sh: light hosts that gctl reaches like any node, hang on demand, and go.
+
+Three hosts sharing one engine, in a directory and on a port of their own
+(never the shared test hosts'): probed as nodes, one frozen then thawed,
+then everything stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scriptkit import REPO_ROOT
+
+from gctl.hosts.ssh import Pool
+from gctl.services import db, nodes, probe
+
+DIR = "/tmp/gctl-scalehosts-test"
+PORT = "2422"
+
+
+def _harness(*args: str) -> str:
+    env = {**os.environ, "GCTL_SCALEHOSTS_DIR": DIR, "GCTL_SCALEHOSTS_PORT": PORT}
+    out = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "scalehosts.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture
+def light() -> Iterator[dict[str, Any]]:
+    """Three light hosts on one engine; stopped after the test."""
+    try:
+        yield dict(json.loads(_harness("start", "3", "1").strip().splitlines()[-1]))
+    finally:
+        _harness("stop")
+
+
+def _sshd_count() -> int:
+    found = subprocess.run(["pgrep", "-f", f"sshd -f {DIR}/s"], capture_output=True, text=True)
+    return len(found.stdout.split())
+
+
+def test_light_hosts_answer_as_nodes_hang_when_frozen_and_stop_without_a_trace(
+    light: dict[str, Any], tmp_path: Path
+) -> None:
+    hosts = light["hosts"]
+    assert [h["name"] for h in hosts] == ["s1", "s2", "s3"]
+    assert len({h["host"] for h in hosts}) == 3  # an address each
+    assert {h["docker_host"] for h in hosts} == {f"unix://{DIR}/engines/h1/docker.sock"}
+    assert _sshd_count() == 3
+    store = db.connect(str(tmp_path / "gctl.db"))
+    db.upgrade(store)
+    for h in hosts:
+        nodes.add_node(
+            store,
+            h["name"],
+            h["host"],
+            port=h["port"],
+            ssh_user=h["user"],
+            key_path=light["key"],
+            emulate_gpus="8xV100-16GB",
+            host_key_fingerprint=h["fingerprint"],
+            work_dir=h["work_dir"],
+            docker_host=h["docker_host"],
+        )
+    with Pool(connect_timeout=3.0, command_timeout=5.0, ssh_config=Path("/nonexistent")) as pool:
+        assert [p.responding for p in probe.probe(store, pool=pool)] == [True, True, True]
+        _harness("freeze", "s2")
+        try:
+            got = {p.node.name: p.responding for p in probe.probe(store, pool=pool)}
+        finally:
+            _harness("thaw", "s2")
+        assert got == {"s1": True, "s2": False, "s3": True}
+        assert all(p.responding for p in probe.probe(store, pool=pool))
+    _harness("stop")
+    assert _sshd_count() == 0 and not Path(DIR).exists()
