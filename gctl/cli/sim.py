@@ -116,6 +116,14 @@ def run_cmd(
             help="Also write one CSV row per job per policy (submit, start, end, JCT, ...).",
         ),
     ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE.svg",
+            help="Also draw each policy's JCT CDF and queue length over time (SVG).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate POLICY on TRACE and compare it with baselines, side by side."""
@@ -146,7 +154,9 @@ def run_cmd(
     check_text(str(trace), "TRACE", limit=TEXT_MAX)
     baselines = _baselines(compare or "", policy)
     if per_job is not None:
-        _check_per_job(per_job, trace)
+        _check_output(per_job, "--per-job", trace)
+    if plot is not None:
+        _check_plot(plot, trace, per_job)
     request = SimRequest(
         trace=trace,
         cluster=cluster,
@@ -187,6 +197,11 @@ def run_cmd(
         from gctl.sim.runner import per_job_rows, write_per_job
 
         write_per_job(per_job, per_job_rows(report))
+    if plot is not None:
+        from gctl.sim.plot import report_svg
+        from gctl.sim.runner import write_atomic
+
+        write_atomic(plot, report_svg(report))
     if json_out:
         render.emit_json(report.to_dict())
     else:
@@ -354,17 +369,37 @@ def _baselines(compare: str, policy: str) -> tuple[str, ...]:
     return names
 
 
-def _check_per_job(path: Path, trace: Path) -> None:
-    """Refuse a ``--per-job`` path that cannot be written, before the simulation runs.
+def _check_plot(path: Path, trace: Path, per_job: Path | None) -> None:
+    """Refuse a ``--plot`` path that is not an SVG file gctl can write, before simulating.
+
+    A name not ending in .svg (PNG would need a rasteriser gctl does not
+    ship) or naming the ``--per-job`` file is a usage error (exit 2); the
+    rest is checked as for ``--per-job`` (:func:`_check_output`).
+    """
+    check_text(str(path), "--plot", limit=TEXT_MAX)
+    suffix = path.suffix.lower()
+    if suffix != ".svg":
+        why = "PNG is not supported" if suffix == ".png" else "not an .svg file name"
+        raise typer.BadParameter(f"{why}; give FILE.svg", param_hint="'--plot'")
+    if per_job is not None and _same(path, per_job):
+        raise typer.BadParameter("is the --per-job file", param_hint="'--plot'")
+    _check_output(path, "--plot", trace)
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether paths ``a`` and ``b`` name the same file (existing or not)."""
+    return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+
+
+def _check_output(path: Path, option: str, trace: Path) -> None:
+    """Refuse an output file ``path`` (of ``option``) that cannot be written, before simulating.
 
     The trace itself is a usage error (exit 2); a missing folder or a
     folder in place of the file is a file error (exit 1), as for the trace.
     """
-    check_text(str(path), "--per-job", limit=TEXT_MAX)
-    if path.resolve() == trace.resolve() or (
-        path.exists() and trace.exists() and path.samefile(trace)
-    ):
-        raise typer.BadParameter("is the trace itself", param_hint="'--per-job'")
+    check_text(str(path), option, limit=TEXT_MAX)
+    if _same(path, trace):
+        raise typer.BadParameter("is the trace itself", param_hint=f"'{option}'")
     parent = path.parent
     if not parent.is_dir():
         raise FileNotFoundError(errno.ENOENT, "no such directory", str(parent))

@@ -67,6 +67,10 @@ class SimResult:
     wall_seconds: float
     classes: dict[str, Metrics] = field(default_factory=dict)
     """Job times by job class (production, opportunistic), when the trace has both."""
+    queue: tuple[tuple[float, int], ...] = ()
+    """The queue length over time: ``(time, jobs waiting)`` whenever it changed after an
+    event, and once more at the end. Waiting jobs are pending production jobs (never
+    placed, or requeued) and opportunistic jobs waiting for GPUs; suspended ones are not."""
 
 
 @dataclass
@@ -124,6 +128,10 @@ class Simulator:
         tick_version = 0
         events = 0
         done = 0
+        pending = self.state.pending
+        guests = self.state.guest_queue
+        queue: list[tuple[float, int]] = []
+        waiting = -1
         while self.heap:
             when, _, kind, job_id, version = heapq.heappop(self.heap)
             if self.horizon is not None and when > self.horizon:
@@ -153,11 +161,16 @@ class Simulator:
             if self.state.guest_queue and self.state.samples != samples:
                 # Jobs just measured may leave room for guests beside them, as on hosts.
                 self._effects(self.driven.guests(self.state, when), when)
+            if (now_waiting := sum(map(len, pending.values())) + len(guests)) != waiting:
+                waiting = now_waiting
+                queue.append((when, waiting))
             due = self._wake_at(when)
             if due is not None and (tick_at is None or due < tick_at):
                 tick_version += 1
                 tick_at = due
                 self._push(due, _TICK, "", tick_version)
+        if queue and queue[-1][0] < self.clock:
+            queue.append((self.clock, waiting))
         unfinished = tuple(self.runs)
         for job_id in unfinished:
             js = self.state.jobs.get(job_id)
@@ -177,6 +190,7 @@ class Simulator:
             events,
             time.perf_counter() - started,
             self._by_class(accepted),
+            tuple(queue),
         )
 
     def _by_class(self, jobs: Sequence[TraceJob]) -> dict[str, Metrics]:

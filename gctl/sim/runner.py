@@ -1,7 +1,8 @@
 """Use-case layer for ``gctl sim``: load a trace, prepare it, run policies, compare them.
 
 The CLI parses arguments and renders; everything it shows comes from here,
-and so does the per-job CSV (:func:`per_job_rows`, :func:`write_per_job`).
+and so does the per-job CSV (:func:`per_job_rows`, :func:`write_per_job`); the
+``--plot`` picture is drawn by :mod:`gctl.sim.plot`.
 """
 
 from __future__ import annotations
@@ -229,20 +230,25 @@ def per_job_rows(report: SimReport) -> list[list[str]]:
 
 
 def write_per_job(path: Path, rows: Sequence[Sequence[str]]) -> None:
-    """Write ``rows`` under :data:`PER_JOB_HEADER` to ``path`` as CSV, all or nothing.
+    """Write ``rows`` under :data:`PER_JOB_HEADER` to ``path`` as CSV, all or nothing."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(PER_JOB_HEADER)
+    writer.writerows(rows)
+    write_atomic(path, buf.getvalue())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (UTF-8, newlines as given), all or nothing.
 
     The file is written beside ``path`` under a temporary name and renamed
     over it, so a reader never sees half a file and a failed write leaves
     any earlier file in place. Raises :class:`OSError` as the file system does.
     """
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(PER_JOB_HEADER)
-    writer.writerows(rows)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(buf.getvalue())
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -250,3 +252,70 @@ def test_per_job_refuses_the_trace_and_missing_folders(tmp_path: Path) -> None:
     assert err == f"gctl: error: {missing.parent}: no such directory\n"
     code, out, err = run("sim", "run", str(TRACE), "--limit", "5", "--per-job", str(tmp_path))
     assert (code, out) == (1, "") and err.count("\n") == 1 and str(tmp_path) in err
+
+
+# --- the --plot picture --------------------------------------------------------
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _lines(svg: ET.Element, panel: str) -> dict[str, list[tuple[float, float]]]:
+    """The polylines of one panel by their titles, as pixel points."""
+    group = svg.find(f".//{SVG}g[@id='{panel}']")
+    assert group is not None, panel
+    return {
+        str(line.findtext(f"{SVG}title")): [
+            (float(x), float(y)) for x, y in (p.split(",") for p in line.attrib["points"].split())
+        ]
+        for line in group.iter(f"{SVG}polyline")
+    }
+
+
+def test_plot_draws_a_jct_cdf_and_the_queue_length_per_policy(tmp_path: Path) -> None:
+    path = tmp_path / "sim.svg"
+    args = ("sim", "run", str(TRACE), *SMALL, "--compare", "fifo,las", "--plot", str(path))
+    code, _, err = run(*args)
+    assert code == 0, err
+    svg = ET.parse(path).getroot()
+    assert svg.tag == f"{SVG}svg"
+    cdfs, queues = _lines(svg, "jct-cdf"), _lines(svg, "queue")
+    assert list(cdfs) == list(queues) == ["gandiva", "fifo", "las"]
+    texts = [t.text or "" for t in svg.iter(f"{SVG}text")]
+    assert "jobs waiting" in texts and "fraction of finished jobs" in texts
+    for points in cdfs.values():
+        # a CDF climbs from 0 to 1: left to right, and up (pixel rows shrink)
+        assert all(a[0] <= b[0] and a[1] >= b[1] for a, b in itertools.pairwise(points))
+        assert points[0][1] > points[-1][1]
+    tops = {points[-1][1] for points in cdfs.values()}
+    assert len(tops) == 1, "every CDF ends at 1"
+    assert all(len({y for _, y in points}) > 2 for points in queues.values()), "a queue built up"
+    first = path.read_bytes()
+    assert run(*args)[0] == 0
+    assert path.read_bytes() == first, "same input, same bytes"
+    assert [p.name for p in tmp_path.iterdir()] == ["sim.svg"], "no temporary file left"
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("sim.png", "PNG is not supported; give FILE.svg"),
+        ("sim.txt", "not an .svg file name; give FILE.svg"),
+        ("sim", "not an .svg file name; give FILE.svg"),
+        ("jobs.svg", "is the --per-job file"),
+    ],
+)
+def test_plot_refuses_names_it_cannot_write_before_simulating(
+    tmp_path: Path, name: str, why: str
+) -> None:
+    args = ("--limit", "5", "--per-job", str(tmp_path / "jobs.svg"), "--plot", str(tmp_path / name))
+    code, out, err = run("sim", "run", str(TRACE), *args)
+    assert (code, out) == (2, "")
+    assert err.startswith("gctl: error: ") and err.count("\n") == 1, err
+    assert why in err and "--plot" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plot_in_a_missing_folder_is_a_file_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "sim.svg"
+    code, out, err = run("sim", "run", str(TRACE), "--limit", "5", "--plot", str(missing))
+    assert (code, out, err) == (1, "", f"gctl: error: {missing.parent}: no such directory\n")

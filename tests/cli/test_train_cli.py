@@ -43,7 +43,12 @@ def test_the_same_seed_gives_the_same_model_bytes_and_a_learning_curve(tmp_path:
     assert all("check_jct" in e and e["reward"] > 0 for e in log["episodes"][2:])
     assert log["layout"]["job_features"][0] == "asked"
     svg = ET.parse(a.with_suffix(".svg")).getroot()
-    assert svg.tag.endswith("svg") and len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2
+    lines = list(svg.iter("{http://www.w3.org/2000/svg}polyline"))
+    assert svg.tag.endswith("svg") and len(lines) == 2
+    assert [line.findtext("{http://www.w3.org/2000/svg}title") for line in lines] == [
+        "running reward",
+        "check avg JCT",
+    ]
 
 
 def test_a_trained_model_runs_in_the_simulator_and_training_continues_from_it(

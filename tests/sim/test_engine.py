@@ -40,6 +40,14 @@ def test_fifo_queues_behind_the_head_of_line() -> None:
     assert result.metrics.makespan == pytest.approx(110.0)
 
 
+def test_the_queue_length_is_recorded_when_it_changes_and_at_the_end() -> None:
+    # as above: j1 and j2 wait behind j0 until it finishes at 100, then both run
+    jobs = _jobs([(0, 3, 100.0), (1, 2, 10.0), (2, 1, 10.0)])
+    result = Simulator(parse_cluster("1x4"), FifoPolicy(), PerfConfig.plain()).run(jobs)
+    assert [n for _, n in result.queue] == [0, 1, 2, 0, 0]
+    assert [t for t, _ in result.queue] == pytest.approx([0.0, 1.0, 2.0, 100.0, 110.0])
+
+
 def test_time_slicing_conserves_work_in_the_plain_model() -> None:
     """Busy GPU-seconds equal the trace's GPU-seconds when nothing speeds jobs up or down."""
     jobs = _jobs([(i * 7.0, 1 + (i % 2), 300.0 + 40 * i) for i in range(12)])
