@@ -166,18 +166,30 @@ class Predictor:
         partner_features: Features | None = None,
     ) -> Prediction:
         """Predicted slow-down of ``kind`` beside ``partner`` (features: for unknown kinds)."""
-        if kind is not None and partner is not None:
-            got = self._known.get((kind, partner))
-            if got is not None:
-                return got
-            seen = self.observed.get((kind, partner))
-            if seen is not None:
-                got = self._known[(kind, partner)] = Prediction(math.exp(seen), "observed")
-                return got
-            if kind in self.params and partner in self.params:
-                got = self._known[(kind, partner)] = self._predict(kind, partner, None, None)
-                return got
+        got = self.known(kind, partner)
+        if got is not None:
+            return got
         return self._predict(kind, partner, kind_features, partner_features)
+
+    def known(self, kind: str | None, partner: str | None) -> Prediction | None:
+        """:meth:`slowdown` of two kinds observed together or both fitted (no features needed).
+
+        None when a kind is unnamed, or the pair was neither observed nor fitted:
+        then the jobs' features decide.
+        """
+        if kind is None or partner is None:
+            return None
+        got = self._known.get((kind, partner))
+        if got is not None:
+            return got
+        seen = self.observed.get((kind, partner))
+        if seen is not None:
+            got = self._known[(kind, partner)] = Prediction(math.exp(seen), "observed")
+            return got
+        if kind in self.params and partner in self.params:
+            got = self._known[(kind, partner)] = self._predict(kind, partner, None, None)
+            return got
+        return None
 
     def _predict(
         self,
@@ -256,11 +268,15 @@ class Interference:
     def outlook(self, gpu_type: str, a: JobState, b: JobState) -> PairOutlook:
         """Predicted speeds of jobs ``a`` and ``b`` sharing GPUs of ``gpu_type``."""
         model = self.predictor(gpu_type)
-        fa, fb = job_features(a), job_features(b)
-        return PairOutlook(
-            model.slowdown(a.spec.profile, b.spec.profile, fa, fb),
-            model.slowdown(b.spec.profile, a.spec.profile, fb, fa),
-        )
+        ka, kb = a.spec.profile, b.spec.profile
+        first, second = model.known(ka, kb), model.known(kb, ka)
+        if first is None or second is None:  # only then are the jobs' features needed
+            fa, fb = job_features(a), job_features(b)
+            if first is None:
+                first = model.slowdown(ka, kb, fa, fb)
+            if second is None:
+                second = model.slowdown(kb, ka, fb, fa)
+        return PairOutlook(first, second)
 
 
 def job_kind(profile: str | None, image: str, command: Sequence[str]) -> str:

@@ -281,19 +281,32 @@ class Standings:
     their states are as they were (:attr:`ClusterState.touched`), no job
     running on it crossed into another level, and none of its jobs was
     promoted (:meth:`forget`), so a pass summarises the sets that changed,
-    not every set.
+    not every set, and none when nothing changed at all
+    (:attr:`ClusterState.changes`) since the last update and no summary expired.
     """
 
     def __init__(self) -> None:
         """Nothing summarised yet."""
         self._state: ClusterState | None = None
         self._sets: dict[GroupKey, _Standing] = {}
+        self._updated: tuple[int, float] | None = None
+        """The model's change count and the moment of the last full :meth:`update`."""
+        self._until: float | None = None
+        """The earliest expiry of the summaries, once worked out since they last changed."""
 
     def update(self, state: ClusterState, rank: Ranking) -> None:
         """Bring the summaries up to date with ``state`` at the moment of ``rank``."""
+        now = rank.now
         if state is not self._state:
             self._state, self._sets = state, {}
-        kept, touched, now = self._sets, state.touched, rank.now
+        elif (
+            self._updated is not None
+            and self._updated[0] == state.changes
+            and (self._updated[1] == now or (self._until is not None and now < self._until))
+        ):
+            return  # the model is unchanged since the last update, and no summary expired
+        self._updated, self._until = (state.changes, now), None
+        kept, touched = self._sets, state.touched
         for key in state.groups:  # :meth:`entry`, inlined: this loop is the simulator's hottest
             entry = kept.get(key)
             if entry is None or entry.stamp != touched[key] or entry.until <= now:
@@ -305,20 +318,23 @@ class Standings:
     def entry(self, state: ClusterState, key: GroupKey, rank: Ranking) -> _Standing:
         """The summary of set ``key`` as of ``rank``, summarised afresh when it expired."""
         if state is not self._state:  # the daemon loads a model afresh every pass
-            self._state, self._sets = state, {}
+            self._state, self._sets, self._updated = state, {}, None
         entry = self._sets.get(key)
         if entry is None or entry.stamp != state.touched[key] or entry.until <= rank.now:
             entry = self._sets[key] = self._summarise(state, key, rank)
+            self._until = None
         return entry
 
     def next_crossing(self) -> float | None:
         """When the first job running on a set summarised enters its next level, if one will."""
-        until = min((entry.until for entry in self._sets.values()), default=math.inf)
-        return None if until == math.inf else until
+        if self._until is None:
+            self._until = min((entry.until for entry in self._sets.values()), default=math.inf)
+        return None if self._until == math.inf else self._until
 
     def forget(self, key: GroupKey) -> None:
         """Summarise set ``key`` afresh next time (one of its jobs was promoted)."""
         self._sets.pop(key, None)
+        self._updated = self._until = None
 
     def top(self) -> dict[int, int]:
         """The highest level of a job that can checkpoint on GPUs, by priority."""

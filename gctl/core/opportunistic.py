@@ -201,6 +201,8 @@ class WithGuests:
         self.inner = inner
         self.name = inner.name
         self.sharing = sharing or Sharing()
+        # a protocol check is slow: made once here, not on every event
+        self._wake_at = inner.wake_at if isinstance(inner, Waking) else None
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
         """The policy's reactive pass, with guests evicted and placed around it."""
@@ -216,8 +218,8 @@ class WithGuests:
 
     def wake_at(self, state: ClusterState, now: float) -> float | None:
         """The policy's own next moment: guests only move on events or passes the policy has."""
-        if isinstance(self.inner, Waking):
-            return self.inner.wake_at(state, now)
+        if self._wake_at is not None:
+            return self._wake_at(state, now)
         return now if self.inner.wants_introspection(state) else None
 
     def guests(self, state: ClusterState, now: float) -> list[Decision]:

@@ -55,11 +55,12 @@ def shares(state: ClusterState) -> Shares:
     asked = sum(state.backlog.values()) or 1
     fair = {size: gpus * n / asked for size, n in state.backlog.items()}
     held: dict[int, float] = {}
+    jobs, get = state.jobs, held.get
     for key, members in state.groups.items():
         part = len(key) / len(members)
         for m in members:
-            size = state.jobs[m].spec.gpus
-            held[size] = held.get(size, 0.0) + part
+            size = jobs[m].spec.gpus
+            held[size] = get(size, 0.0) + part
     return Shares(fair, held)
 
 

@@ -82,11 +82,12 @@ class JobState:
     service_base: float = 0.0
     """Attained service at the job's last starvation promotion: least-attained-service
     policies rank the job by the service it had since (:mod:`gctl.core.las`)."""
+    id: str = field(init=False, repr=False, compare=False)
+    """The job id, the spec's (a plain attribute: it is read on every hot path)."""
 
-    @property
-    def id(self) -> str:
-        """The job id."""
-        return self.spec.id
+    def __post_init__(self) -> None:
+        """Copy the job id out of the spec."""
+        self.id = self.spec.id
 
     @property
     def opportunistic(self) -> bool:
@@ -125,11 +126,12 @@ class NodeState:
     up: bool = True
     drained_by: dict[str, None] = field(default_factory=dict)
     groups: dict[GroupKey, None] = field(default_factory=dict)
+    name: str = field(init=False, repr=False, compare=False)
+    """The node name, the node's (a plain attribute: it is read on every hot path)."""
 
-    @property
-    def name(self) -> str:
-        """The node name."""
-        return self.node.name
+    def __post_init__(self) -> None:
+        """Copy the node name out of the node."""
+        self.name = self.node.name
 
     @property
     def open(self) -> bool:

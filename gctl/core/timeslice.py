@@ -97,12 +97,13 @@ def rotate(
     (:func:`gctl.core.packing.turn_partner`).
     """
     out: list[Decision] = []
-    jobs = state.jobs
+    jobs, groups, running = state.jobs, state.groups, JobStatus.RUNNING
+    best = rank.best if rank is not None else None
     for key in list(state.shared):
-        members = state.groups[key]
-        if rank is not None and jobs[rank.best(state, key)].status is JobStatus.RUNNING:
+        members = groups[key]
+        if best is not None and jobs[best(state, key)].status is running:
             continue
-        runners = [jobs[m] for m in members if jobs[m].status is JobStatus.RUNNING]
+        runners = [jobs[m] for m in members if jobs[m].status is running]
         if not runners or len(runners) == len(members):
             continue
         by_checkpoint = {r.id: memory.suspend_by_checkpoint(state, r) for r in runners}

@@ -128,10 +128,11 @@ def _workers(state: ClusterState, js: JobState, cfg: PerfConfig) -> float:
     running = [m for m in members if state.jobs[m].status is JobStatus.RUNNING]
     if not cfg.gpu_types:
         return _share(state, js, running, profiles.DEFAULT_GPU_TYPE, cfg)
+    first = state.gpu_type(js.gpus[0])
+    if all(state.gpu_type(gpu) == first for gpu in js.gpus):  # the common case, made cheap
+        return _worker(state, js, running, first, cfg)
     counts = Counter(state.gpu_type(gpu) for gpu in js.gpus)
     rates = {kind: _worker(state, js, running, kind, cfg) for kind in counts}
-    if len(rates) == 1:
-        return next(iter(rates.values()))
     if cfg.balance:
         return sum(counts[kind] * rate for kind, rate in rates.items()) / len(js.gpus)
     return min(rates.values())

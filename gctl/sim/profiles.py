@@ -268,6 +268,7 @@ def profile_for(model: str | None) -> ModelProfile:
     return DEFAULT if name is None else _profiles()[name]
 
 
+@cache
 def packed_speeds(
     a: str | None, b: str | None, *, gpu_type: str = DEFAULT_GPU_TYPE
 ) -> tuple[float, float] | None:
@@ -291,6 +292,7 @@ def packed_speeds(
     return (float(pair[0]), float(pair[1]))
 
 
+@cache
 def data_gpu_type(gpu_type: str) -> str | None:
     """The data's key (``k80``, ``p100``, ``v100``) for a GPU type name; None if it has no data.
 

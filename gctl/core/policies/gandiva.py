@@ -154,6 +154,15 @@ class GandivaPolicy:
         self.config = replace(base, **options)
         self.levels = self.config.ranking()
         self._memory = packing.PackingMemory()
+        cfg = self.config
+        self._turns = (
+            packing.TurnPacking(
+                self._memory, cfg.pack_util_limit, cfg.pack_keep_above, cfg.interference
+            )
+            if cfg.packing
+            else None
+        )
+        """How turns pack (None: they do not); the same every pass."""
         self._idle_since: float | None = None
         self._reconsider_at = 0.0
         self._reconsidered_at: tuple[ClusterState, int, int] | None = None
@@ -329,15 +338,8 @@ class GandivaPolicy:
         if freed or (state.pending and state.total_free):
             out += freed + self._place_pending(state, now, rank)
         if cfg.timeslicing:
-            turns = (
-                packing.TurnPacking(
-                    self._memory, cfg.pack_util_limit, cfg.pack_keep_above, cfg.interference
-                )
-                if cfg.packing
-                else None
-            )
             out += timeslice.rotate(
-                state, now, cfg.quantum, cfg.checkpoint_quantum, turns, rank, turns_due
+                state, now, cfg.quantum, cfg.checkpoint_quantum, self._turns, rank, turns_due
             )
         if self._reconsider_due(state, now):
             self._reconsider_at = now + self.config.reconsider_every
