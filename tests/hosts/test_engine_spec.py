@@ -47,7 +47,7 @@ def test_emulated_gpus_request_no_device_but_get_the_same_env_and_labels() -> No
         "gctl.job": "7", "gctl.attempt": "2", "gctl.node": "gpu01", "gctl.gpus": "2,3",
         "gctl.gpu-uuids": "GPU-aaaa,GPU-bbbb", "gctl.emulated": "1", "gctl.gpu-mem-mb": "8000",
     }  # fmt: skip
-    assert spec.name == "gctl-5t0re-7-2"  # two stores on one engine never clash
+    assert spec.name == "gctl-5t0re-7-2-gpu01"  # two stores, or two nodes, on one engine
     declared = _spec(emulated=True, env={"GCTL_EMULATED_GPU_MEM": "6000"}, gpu_mem_mb=4000)
     assert declared.labels()["gctl.emulated-gpu-mem-mb"] == "6000"
     assert "gctl.emulated-gpu-mem-mb" not in _spec(env={"GCTL_EMULATED_GPU_MEM": "6000"}).labels()
