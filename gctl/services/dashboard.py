@@ -7,12 +7,13 @@ how (exclusive, packed, time-sliced), each unfinished job's suspend
 mechanism, and the last profile samples the daemon stored for each job on
 GPUs. :func:`read` takes all of it, with the nodes, in one read
 transaction; :class:`ProfileHistory` keeps the samples between reads so
-each read fetches only the new ones. :func:`stamp` says, for a fraction of
-a read's cost, whether anything the dashboard shows may have changed.
+each read fetches only the new ones. :class:`Stamper` says, for a fraction
+of a read's cost, whether anything the dashboard shows may have changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ HISTORY_DEPTH = 30
 GpuKey = tuple[str, int]
 """A GPU as ``(node name, index)``."""
 Stamp = tuple[Any, ...]
-"""What :func:`stamp` returns: equal stamps, nothing shown has changed."""
+"""What :meth:`Stamper.stamp` returns: equal stamps, nothing shown has changed."""
 
 _OPEN_STATES = sorted(set(queue.STATE_CODES) - queue.FINISHED)
 _STAMP_NODES = "SELECT id, name, admin_state, reason, emulated, last_seen, last_error FROM nodes"
@@ -126,22 +127,74 @@ def read(store: Store, history: ProfileHistory) -> Cluster:
     return Cluster(views, placed, where, mechanism, samples)
 
 
-def stamp(store: Store) -> Stamp:
-    """The rows the dashboard's frame is made of, read cheaply: equal stamps, equal frames.
-
-    Nodes (each one's answering judged now, not its last heartbeat, so a node
-    going quiet changes the stamp and a heartbeat does not), GPUs,
-    allocations, the queue's columns of unfinished jobs, and the newest event
-    and profile sample. Plain SQL, no objects: a few tens of ms for 1,000
-    nodes and 10,000 jobs, where :func:`read` and the queue take ~1 s.
-    """
-    at = now()
+def _stamp_rows(store: Store) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    """The node rows of a stamp, and the rest of it."""
     with reading_store(store) as reader:
         node_rows = reader.rows(_STAMP_NODES)
         others = [reader.rows(sql) for sql in _STAMP_TABLES]
         open_jobs = reader.rows(_STAMP_JOBS.format(reader.marks(len(_OPEN_STATES))), _OPEN_STATES)
+    return node_rows, [open_jobs, *others]
+
+
+def _judged(rows: tuple[list[tuple[Any, ...]], list[Any]]) -> Stamp:
+    """A stamp of its rows, each node's answering judged now."""
+    at = now()
+    node_rows, rest = rows
     judged = [(*row[:5], nodes.answering(row[5], row[6], at), row[6]) for row in node_rows]
-    return (judged, open_jobs, *others)
+    return (judged, *rest)
+
+
+class Stamper:
+    """The store's stamp, read again only when the store may have changed.
+
+    On SQLite, ``PRAGMA data_version`` on a connection kept open says
+    whether any other connection committed since the last look: while
+    nobody writes, the rows of the last stamp are taken again (only the
+    nodes' answering is judged anew, as time passes). Other backends read
+    every time.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._version: Any = None
+        self._rows: tuple[list[tuple[Any, ...]], list[Any]] | None = None
+        self._conn: Any = None
+
+    def stamp(self) -> Stamp:
+        """The rows the dashboard's frame is made of, read cheaply: equal stamps, equal frames.
+
+        Nodes (each one's answering judged now, not its last heartbeat, so a
+        node going quiet changes the stamp and a heartbeat does not), GPUs,
+        allocations, the queue's columns of unfinished jobs, and the newest
+        event and profile sample. Plain SQL, no objects: a few tens of ms for
+        1,000 nodes and 10,000 jobs, where :func:`read` and the queue take ~1 s.
+        """
+        version = self._data_version()
+        if self._rows is None or version is None or version != self._version:
+            self._rows, self._version = _stamp_rows(self.store), version
+        return _judged(self._rows)
+
+    def _data_version(self) -> Any:
+        """SQLite's count of other connections' commits, as this kept connection sees it."""
+        if self.store.engine.dialect.name != "sqlite":
+            return None
+        try:
+            if self._conn is None:
+                self._conn = self.store.engine.raw_connection()
+            cursor = self._conn.cursor()
+            version = cursor.execute("PRAGMA data_version").fetchone()
+            cursor.close()
+        except self.store.engine.dialect.loaded_dbapi.Error:
+            self.close()  # read in full; the store's own errors come from there
+            return None
+        return version
+
+    def close(self) -> None:
+        """Give the kept connection back."""
+        conn, self._conn = self._conn, None
+        if conn is not None:  # a connection gone bad is gone either way
+            with contextlib.suppress(self.store.engine.dialect.loaded_dbapi.Error):
+                conn.close()
 
 
 def _allocations(s: Session) -> tuple[dict[GpuKey, list[Holder]], dict[int, str]]:

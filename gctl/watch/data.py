@@ -5,8 +5,9 @@ same services as the CLI (``queue.queue``, ``events.list_events``) and the
 dashboard's own (:mod:`gctl.services.dashboard`: nodes with who holds each
 GPU and how, each job's mechanism and time in state, profile samples); no
 SQL here. It runs in a worker thread. Each refresh first reads the
-store's :func:`~gctl.services.dashboard.stamp` (a few tens of ms at 1,000
-nodes and 10,000 jobs); only when it changed is a new frame built (about a
+store's stamp (:class:`~gctl.services.dashboard.Stamper`: a few tens of
+ms at 1,000 nodes and 10,000 jobs; on SQLite, nothing while nobody
+writes); only when it changed is a new frame built (about a
 second there), else the last frame is taken again at the new time, with
 the very same lines, so the widgets can tell that nothing changed.
 :class:`Feed` keeps the last good frame when a refresh fails and says how
@@ -46,13 +47,17 @@ class FrameSource:
         self.events_limit = events_limit
         self.history = dashboard.ProfileHistory()
         self._stamp: dashboard.Stamp | None = None
+        self._stamper = dashboard.Stamper(store)
         self._last: Frame | None = None
 
     def latest(self) -> Frame:
         """A frame of now: built anew if the store's stamp changed, else the last one re-timed."""
         started = time.perf_counter()
         # The stamp before the build: a change made meanwhile is seen by the next refresh.
-        stamp = dashboard.stamp(self.store)
+        if self._stamper.store is not self.store:  # another store now: its own stamps
+            self._stamper.close()
+            self._stamper = dashboard.Stamper(self.store)
+        stamp = self._stamper.stamp()
         if self._last is None or stamp != self._stamp:
             self._last, self._stamp = self.build(), stamp
             return self._last

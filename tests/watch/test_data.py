@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import update
 from watchkit import T
 
-from gctl.services import db
+from gctl.services import dashboard, db
 from gctl.services.dashboard import Holder
 from gctl.services.db import Store
+from gctl.store.engine import transaction
+from gctl.store.models import NodeRow
 from gctl.watch.actions import job_action, node_action
 from gctl.watch.data import Feed, FrameSource
 from gctl.watch.fmt import coarse_age, height_bar, sparkline
@@ -82,3 +89,29 @@ def test_an_opportunistic_job_is_marked_alone_and_beside_a_production_job() -> N
     assert (alone.mode, beside.mode) == ("opportunistic", "tgs")
     assert _jobs_cell(beside).plain == "#4 ~#9"
     assert beside.slice_holder is None  # both run: nobody waits for a slice
+
+
+def test_the_stamp_is_read_again_only_after_a_write_yet_follows_nodes_going_quiet(
+    busy: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's data_version spares the read while nobody writes; time still counts."""
+    reads: list[int] = []
+    real = dashboard._stamp_rows
+
+    def counted(store: Store) -> Any:
+        reads.append(1)
+        return real(store)
+
+    monkeypatch.setattr(dashboard, "_stamp_rows", counted)
+    clock = [time.time()]
+    monkeypatch.setattr(dashboard, "now", lambda: clock[0])
+    stamper = dashboard.Stamper(busy)
+    first = stamper.stamp()
+    assert stamper.stamp() == first and len(reads) == 1  # nothing written: not read again
+    with transaction(busy.engine, write=True) as s:  # another connection commits
+        s.execute(update(NodeRow).where(NodeRow.name == "n1").values(reason="fan"))
+    changed = stamper.stamp()
+    assert changed != first and len(reads) == 2
+    clock[0] += 3600  # an hour without heartbeats: every node stops answering
+    quiet = stamper.stamp()
+    assert quiet != changed and len(reads) == 2  # judged anew, not read anew
