@@ -206,7 +206,8 @@ def daemon(
     )
     # paramiko logs its own tracebacks for a host that does not answer (a banner
     # timeout); the daemon reports each such host in one line, and -v shows more.
-    logging.getLogger("paramiko").setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    for name in ("paramiko", "paramiko.transport"):  # the latter is quiet from its import on
+        logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.CRITICAL)
     counters = daemon_metrics.DaemonMetrics(st)
     server = None
     if metrics:
