@@ -7,7 +7,6 @@ loading SQLAlchemy.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from gctl.cli import complete, render
 from gctl.cli import nodes as node_cmds
 from gctl.cli.context import JsonOpt, store, target
 from gctl.cli.errors import UsageError
-from gctl.cli.interrupt import stop_requested
+from gctl.cli.interrupt import read_until_stopped, stop_requested
 from gctl.cli.parse import parse_ids, parse_names, parse_signal, parse_time
 from gctl.config import site_policy
 from gctl.gcpause import gc_paused
@@ -554,10 +553,7 @@ def logs(
             raise UsageError("--json gives the lines there are now; it cannot --follow")
         render.emit_json(service.tail(store(ctx), job_id, tail, node=node).to_dict())
         return
-    with (
-        contextlib.suppress(KeyboardInterrupt),  # Ctrl-C ends --follow, as it ends docker logs -f
-        service.stream(store(ctx), job_id, tail=tail, follow=follow, node=node) as out,
-    ):
-        render.raw(out)
+    opened = service.stream(store(ctx), job_id, tail=tail, follow=follow, node=node)
+    out = read_until_stopped(opened, render.raw)  # Ctrl-C ends --follow, as docker logs -f
     for note in out.notes:
         render.status(f"gctl: note: {note}")
