@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import select
 
 from gctl.hosts.mounts import Mount
-from gctl.hosts.ssh import HostError, Pool, fan_out
+from gctl.hosts.ssh import HostError, Pool
 from gctl.services import datacache, events, hostops
 from gctl.services.db import Store
 from gctl.services.specs import dataset_entry
@@ -60,16 +60,11 @@ class Fills:
         A node that does not answer stays unlearned and is asked again later
         (:attr:`learned`); a copy filled or found meanwhile is kept either way.
         """
-        by_name = {n.name: n for n in nodes}
-        targets = [hostops.target(n) for n in by_name.values()]
-        got = fan_out(targets, lambda t: datacache.listing(self.pool, by_name[t.node]))
+        held, answered = datacache.holdings(self.pool, nodes)
         with self._guard:
-            for name, answer in got.items():
-                if isinstance(answer, HostError):
-                    continue
-                for entry in answer.get("entries") or ():
-                    self.holders[str(entry["key"])].add(name)
-                self.learned.add(name)
+            for copy, names in held.items():
+                self.holders[copy] |= names
+            self.learned |= answered
 
     def cached(self) -> dict[str, frozenset[str]]:
         """The dataset names each node holds a copy of, as far as this daemon knows."""

@@ -16,13 +16,13 @@ filled again.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gctl.hosts import cache_agent
-from gctl.hosts.ssh import HostError, Pool, Target
+from gctl.hosts.ssh import HostError, Pool, Target, fan_out
 from gctl.services import hostops
 from gctl.store.models import NodeRow
 
@@ -242,6 +242,24 @@ def fetch(pool: Pool, node: NodeRow, name: str, url: str, digest: str | None) ->
         "capacity": None if node.cache_size_mb is None else node.cache_size_mb << 20,
     }
     return run(pool, hostops.target(node), "fetch", request, timeout=COPY_TIMEOUT)
+
+
+def holdings(pool: Pool, nodes: Iterable[NodeRow]) -> tuple[dict[str, set[str]], set[str]]:
+    """Which nodes hold each copy (by key), read from every node's cache at once.
+
+    Also the nodes that answered: one that did not holds nothing here.
+    """
+    by_target = {hostops.target(n): n for n in nodes}
+    got = fan_out(list(by_target), lambda t: listing(pool, by_target[t]))
+    held: dict[str, set[str]] = {}
+    answered = set()
+    for name, answer in got.items():
+        if isinstance(answer, HostError):
+            continue
+        answered.add(name)
+        for entry in answer.get("entries") or ():
+            held.setdefault(str(entry["key"]), set()).add(name)
+    return held, answered
 
 
 def listing(pool: Pool, node: NodeRow) -> dict[str, Any]:

@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gctl.hosts.ssh import HostError, Pool, fan_out
+from gctl.hosts.ssh import HostError, Pool
 from gctl.limits import SAFE_NAME, TEXT_MAX, check_text, shown
-from gctl.services import access, datacache, events, hostops
+from gctl.services import access, datacache, events
 from gctl.services.db import Store
 from gctl.services.errors import NotFound, ServiceError
 from gctl.services.nodes import named_rows
@@ -212,18 +212,8 @@ def show(store: Store, name: str, pool: Pool) -> DatasetView:
         nodes = named_rows(s, None)
         for n in nodes:
             s.expunge(n)
-    wanted = datacache.key(row.name, row.digest)
-    by_target = {hostops.target(n): n for n in nodes}
-    got = fan_out(list(by_target), lambda t: datacache.listing(pool, by_target[t]))
-    cached = tuple(
-        sorted(
-            name
-            for name, answer in got.items()
-            if not isinstance(answer, HostError)
-            and any(e["key"] == wanted for e in answer.get("entries", []))
-        )
-    )
-    return _view(row, cached)
+    held, _ = datacache.holdings(pool, nodes)
+    return _view(row, tuple(sorted(held.get(datacache.key(row.name, row.digest), ()))))
 
 
 def remove(store: Store, name: str) -> None:
