@@ -332,7 +332,11 @@ def test_reconverges_after_r_shifts(
     r.feed(moved, lambda beta: measure(beta) * factor, BOUND)
     if not profiling:  # a change while R is being profiled is simply measured
         assert r.state.shifts > shifts  # otherwise the controller must notice it
-    assert r.state.reference == pytest.approx(moved.R, rel=0.02)
+    # R is the mean of profile_steps noisy samples, each within the amplitude of the truth
+    # (uniform noise; with Gaussian noise the mean's standard deviation is a sixth of it),
+    # so the amplitude bounds its error. Where beta* is below beta_min R is profiled again
+    # now and then (see gctl.core.tgs), so the last profile is one of several draws.
+    assert r.state.reference == pytest.approx(moved.R, rel=max(0.02, amplitude))
     assert_settled(r, moved, amplitude)
 
 
