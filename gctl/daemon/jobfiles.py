@@ -30,10 +30,15 @@ _AGENT = Path(agent.__file__).read_text(encoding="utf-8")
 """The host agent's source, run by the host's ``python3 -c``."""
 
 
+def agent_argv(mode: str) -> list[str]:
+    """The command that runs one mode of :mod:`gctl.hosts.agent` on a host."""
+    return ["python3", "-c", _AGENT, mode]
+
+
 def run_agent(pool: Pool, target: Target, mode: str, request: dict[str, Any]) -> dict[str, Any]:
     """Run one mode of :mod:`gctl.hosts.agent` on the host; its JSON answer."""
     stdin = json.dumps(request).encode()
-    res = pool.run_ok(target, ["python3", "-c", _AGENT, mode], f"gctl agent {mode}", stdin=stdin)
+    res = pool.run_ok(target, agent_argv(mode), f"gctl agent {mode}", stdin=stdin)
     return res.json_object(target.node, f"gctl agent {mode}")
 
 

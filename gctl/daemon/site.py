@@ -24,6 +24,7 @@ from gctl.daemon.datafill import Fills
 from gctl.daemon.interference import Learned
 from gctl.daemon.jobfiles import Mirror
 from gctl.daemon.output import OutputOptions
+from gctl.hosts.agent_link import AgentLinks
 from gctl.hosts.engine import ContainerSpec, ContainerState, Engine
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import HostError, Pool, Target
@@ -120,6 +121,8 @@ class Site:
         by job row id, for policies that estimate remaining work."""
         self.fills = Fills(store, pool)
         """Dataset copies made sure of on the nodes (:mod:`gctl.daemon.datafill`)."""
+        self.agents = AgentLinks(pool, jobfiles.agent_argv("serve"))
+        """Each node's long-running host agent, which answers the observations."""
         self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}
         self._engines_lock = threading.Lock()
 
@@ -140,10 +143,11 @@ class Site:
             return engine
 
     def close(self) -> None:
-        """Close the engines' channels (the pool's connections stay)."""
+        """Close the engines' channels and end the host agents (the pool's connections stay)."""
         for _, engine in self._engines.values():
             engine.close()
         self._engines.clear()
+        self.agents.close()
 
     def start(self, s: Session, job: Launch, refs: Iterable[GpuRef]) -> None:
         """Start the job's current attempt on ``refs``, reading their nodes in ``s``.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from gctl.daemon import jobfiles
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site
-from gctl.hosts.engine import ContainerState
+from gctl.hosts.engine import ContainerState, listed_states, owned_labels
 from gctl.hosts.ssh import HostError
 from gctl.services import hostops, telemetry
 from gctl.services.telemetry import NodeSample
@@ -107,7 +107,32 @@ def observe(
     settings of its opportunistic jobs (:mod:`gctl.daemon.throttles`).
     """
     try:
-        containers = site.engine(row).owned()
+        target = hostops.target(row)
+        home = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in jobs if j.home}
+        extras: dict[str, Any] = {"docker": hostops.docker_argv(row)}
+        if full:
+            extras["lease"] = {
+                "dir": hostops.agent_dir(row, site.store_id),
+                "store": site.store_id,
+                "node": row.name,
+                "timeout": lease_timeout,
+                "docker": hostops.docker_argv(row),
+            }
+            if throttles:
+                extras["throttles"] = throttles
+        got: dict[str, Any] | None = None
+        containers: list[ContainerState] | None = None
+        socket = hostops.engine_socket(row)
+        if socket:  # one round trip: the agent lists the containers, then reads every report
+            labels = owned_labels(site.store_id, row.name)
+            request = {**extras, "dirs": list(home.values())}
+            request["containers"] = {"socket": socket, "labels": labels}
+            got = site.agents.ask(target, "observe", request, site.pool.command_timeout)
+            listing = got.get("containers")
+            if isinstance(listing, dict):
+                containers = listed_states(listing["list"], listing["inspect"])
+        if containers is None:  # the engine's API over SSH, then the reports read after it
+            containers = site.engine(row).owned()
         current = {j.job_id: j for j in jobs}
         ended = {
             c.job_id
@@ -118,26 +143,18 @@ def observe(
             and current[c.job_id].home
         }
         asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
-        dirs = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in asked}
+        dirs = {j.job_id: home[j.job_id] for j in asked}
+        if got is not None and "containers" not in got and dirs:  # read before that listing
+            again = {"docker": extras["docker"], "dirs": list(dirs.values())}
+            reread = site.agents.ask(target, "observe", again, site.pool.command_timeout)
+            got = {**got, "reports": reread.get("reports")}
+        elif got is None and (full or dirs):
+            request = {**extras, "dirs": list(dirs.values())}
+            got = site.agents.ask(target, "observe", request, site.pool.command_timeout)
         reports: dict[int, jobfiles.Report] = {}
         boot = engine = None
         throttled: dict[str, float] = {}
-        if full or dirs:
-            request: dict[str, Any] = {
-                "dirs": list(dirs.values()),
-                "docker": hostops.docker_argv(row),
-            }
-            if full and throttles:
-                request["throttles"] = throttles
-            if full:
-                request["lease"] = {
-                    "dir": hostops.agent_dir(row, site.store_id),
-                    "store": site.store_id,
-                    "node": row.name,
-                    "timeout": lease_timeout,
-                    "docker": hostops.docker_argv(row),
-                }
-            got = jobfiles.run_agent(site.pool, hostops.target(row), "observe", request)
+        if got is not None:
             summaries = got.get("reports") or {}
             reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
             boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
@@ -265,6 +282,7 @@ class Watch:
         for name in list(self.latest):
             if name not in nodes:  # removed from the store
                 self.latest.pop(name)
+                self.site.agents.forget(name)
                 self.samples.pop(name, None)
                 self.not_responding.discard(name)
                 self.unreconciled.discard(name)

@@ -12,7 +12,10 @@ and a JSON answer on stdout:
     reads the progress and checkpoint summaries of the job directories
     asked for, and tells when the host booted and when its Docker engine
     started: a container that ended before either was stopped by a reboot
-    or an engine restart, not by its own hand.
+    or an engine restart, not by its own hand. With ``containers`` (the
+    engine's unix socket and label filters) it also lists the containers
+    so labelled, inspecting those that ended (the list has no exit code),
+    through the engine's API: the look needs no second round trip.
 ``prepare``
     Makes an attempt's job directory unless it exists: seeded with a copy of
     the newest earlier attempt's directory on this host, else empty. Each
@@ -60,19 +63,28 @@ and a JSON answer on stdout:
 ``observe`` also carries the throttle settings of the node's opportunistic
 jobs (``throttles``: ``throttle-set`` requests, or ``{"dir", "stop": true}``
 to remove one), so that a control step costs no extra round trip.
+``serve``
+    Answers requests of the modes above until stdin ends, one per line:
+    ``{"id": N, "mode": M, "request": {...}}`` in, ``{"id": N, "answer":
+    {...}}`` or ``{"id": N, "error": "..."}`` out (:mod:`gctl.hosts.agent_link`),
+    so the daemon's looks cost the host neither an SSH session nor a
+    ``python3`` start each.
 """
 
 from __future__ import annotations
 
 import collections
 import fcntl
+import http.client
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from typing import Any
 
 PROGRESS_FILE = "progress.json"
@@ -137,24 +149,40 @@ def engine_start(docker: list[str], booted: float | None) -> float | None:
     if booted is None:
         return None
     want = _socket_path(docker)
-    found: list[float] = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-                stat = fh.read()
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
+    known = _ENGINES.get(want)
+    if known is not None and _dockerd_start(known[0], want) == known[1]:
+        return booted + known[1]  # the same dockerd still runs: no scan of every process
+    found: list[tuple[int, float]] = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        start = _dockerd_start(pid, want)
+        if start is not None:
+            found.append((pid, start))
+    if len(found) != 1:
+        _ENGINES.pop(want, None)
+        return None
+    _ENGINES[want] = found[0]
+    return booted + found[0][1]
+
+
+_ENGINES: dict[str | None, tuple[int, float]] = {}
+"""The dockerd found for each socket path: (pid, start seconds after boot); ``serve`` keeps it."""
+
+
+def _dockerd_start(pid: int, want: str | None) -> float | None:
+    """Seconds after boot that process ``pid`` started, if it is a dockerd serving ``want``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            stat = fh.read()
         if stat[stat.find("(") + 1 : stat.rfind(")")] != "dockerd":
-            continue
-        if want is not None and want not in cmdline:
-            continue
-        ticks = int(stat[stat.rfind(")") + 2 :].split()[19])  # field 22: starttime
-        found.append(booted + ticks / os.sysconf("SC_CLK_TCK"))
-    return found[0] if len(found) == 1 else None
+            return None
+        if want is not None:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if want.encode() not in fh.read().replace(b"\0", b" "):
+                    return None
+    except OSError:
+        return None
+    ticks = int(stat[stat.rfind(")") + 2 :].split()[19])  # field 22: starttime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
@@ -192,6 +220,13 @@ def renew_lease(lease: dict[str, Any]) -> int | None:
 
 def observe(request: dict[str, Any]) -> dict[str, Any]:
     """The ``observe`` mode (module docstring)."""
+    answer: dict[str, Any] = {}
+    if request.get("containers"):  # first: a report read after an exit was seen is its last
+        ask = request["containers"]
+        try:
+            answer["containers"] = list_containers(str(ask["socket"]), list(ask["labels"]))
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            answer["containers_error"] = f"{type(exc).__name__}: {exc}"
     docker = list(request.get("docker") or ["docker"])
     started = None
     if request.get("lease"):
@@ -207,13 +242,58 @@ def observe(request: dict[str, Any]) -> dict[str, Any]:
         except (OSError, ValueError, KeyError) as exc:
             throttles[tdir] = {"error": str(exc)}
     booted = boot_time()
-    return {
-        "reports": read_reports(list(request.get("dirs") or [])),
-        "boot_time": booted,
-        "engine_start": engine_start(docker, booted),
-        "watchdog_started": started,
-        "throttles": throttles,
-    }
+    answer.update(
+        reports=read_reports(list(request.get("dirs") or [])),
+        boot_time=booted,
+        engine_start=engine_start(docker, booted),
+        watchdog_started=started,
+        throttles=throttles,
+    )
+    return answer
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    """HTTP to a unix socket: how the Docker engine's API is reached on its host."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def _engine_get(conn: http.client.HTTPConnection, path: str) -> Any:
+    """The engine's JSON answer to ``GET path``; None for 404 (a container removed meanwhile)."""
+    conn.request("GET", path)
+    res = conn.getresponse()
+    body = res.read()
+    if res.status == 404:
+        return None
+    if res.status != 200:
+        raise ValueError(f"GET {path.split('?')[0]}: {res.status} {body[:200]!r}")
+    return json.loads(body)
+
+
+def list_containers(sock: str, labels: list[str]) -> dict[str, Any]:
+    """The containers with all ``labels`` (the engine's list), and the inspection of ended ones."""
+    query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": labels})})
+    conn = _UnixHTTP(sock, 30.0)
+    try:
+        listed = _engine_get(conn, f"/containers/json?{query}") or []
+        inspected = {}
+        for entry in listed:
+            if entry.get("State") in ("exited", "dead"):
+                cid = str(entry["Id"])
+                info = _engine_get(conn, f"/containers/{cid}/json")
+                if info is not None:
+                    inspected[cid] = info
+    finally:
+        conn.close()
+    return {"list": listed, "inspect": inspected}
 
 
 def prepare(request: dict[str, Any]) -> dict[str, Any]:
@@ -339,24 +419,46 @@ def _detach(script_dir: str, log_name: str, *args: str, keep: int) -> int:
     """Start this very code with ``args`` in a session of its own (it outlives SSH); its pid.
 
     It inherits the descriptor ``keep`` (the lock it holds while it runs).
+    It is started by a short-lived middle process, so it is never a child of
+    this agent: a long-running agent (``serve``) ends with its SSH session,
+    and whatever kills the session's processes must not reach the watchdog.
     """
     script = os.path.join(script_dir, SCRIPT)
     with open(script, "wb") as fh:  # whichever version of gctl sent it
         fh.write(_own_source())
     log = os.open(os.path.join(script_dir, log_name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    readable, writable = os.pipe()
     try:
-        proc = subprocess.Popen(
-            [sys.executable, script, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-            pass_fds=(keep,),
-        )
+        middle = os.fork()
+        if middle == 0:
+            status = 1
+            try:
+                os.close(readable)
+                proc = subprocess.Popen(
+                    [sys.executable, script, *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(keep,),
+                )
+                os.write(writable, str(proc.pid).encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(writable)
+        writable = -1
+        os.waitpid(middle, 0)
+        pid = os.read(readable, 32)
     finally:
         os.close(log)
-    return proc.pid
+        os.close(readable)
+        if writable >= 0:
+            os.close(writable)
+    if not pid:
+        raise OSError(f"could not start {' '.join(args)}")
+    return int(pid)
 
 
 def freezer_of(pid: int) -> tuple[str, str, str]:
@@ -603,25 +705,48 @@ def throttle(tdir: str) -> None:
         print(f"{stamp} throttle of {doc['container'][:12]} ended ({why}): thawed", flush=True)
 
 
+MODES = {
+    "observe": observe,
+    "prepare": prepare,
+    "standdown": standdown,
+    "throttle-set": throttle_set,
+    "split-set": split_set,
+    "keep-output": keep_output,
+    "forget-jobs": forget_jobs,
+}
+"""The modes that answer one JSON request, by name."""
+
+
+def serve() -> None:
+    """The ``serve`` mode (module docstring): requests by line until stdin ends."""
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        ident = None
+        try:
+            message = json.loads(line)
+            ident = message.get("id")
+            answer = {"id": ident, "answer": MODES[message["mode"]](message["request"])}
+        except Exception as exc:  # one bad request must not end the agent: it is told back
+            answer = {"id": ident, "error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
-    """Run one mode; all but ``watchdog`` and ``throttle`` read a JSON request on stdin."""
+    """Run one mode; the one-request modes read their JSON request on stdin."""
     mode = argv[1] if len(argv) > 1 else ""
     if mode in ("watchdog", "throttle") and len(argv) == 3:
         (watchdog if mode == "watchdog" else throttle)(argv[2])
         return 0
-    modes = {
-        "observe": observe,
-        "prepare": prepare,
-        "standdown": standdown,
-        "throttle-set": throttle_set,
-        "split-set": split_set,
-        "keep-output": keep_output,
-        "forget-jobs": forget_jobs,
-    }
-    if mode not in modes:
-        print(f"usage: {argv[0]} {'|'.join(modes)} < request.json", file=sys.stderr)
+    if mode == "serve":
+        serve()
+        return 0
+    if mode not in MODES:
+        print(f"usage: {argv[0]} serve|{'|'.join(MODES)} < request.json", file=sys.stderr)
         return 2
-    json.dump(modes[mode](json.load(sys.stdin)), sys.stdout)
+    json.dump(MODES[mode](json.load(sys.stdin)), sys.stdout)
     return 0
 
 

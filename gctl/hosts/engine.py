@@ -460,8 +460,7 @@ class Engine:
 
         By their labels: an engine several nodes share lists each node's own.
         """
-        labels = [f"{LABEL_STORE}={self.store_id}", f"{LABEL_NODE}={self.node}"]
-        labels.append(LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}")
+        labels = owned_labels(self.store_id, self.node, job_id)
         found = self._call(lambda: self.api.containers(all=True, filters={"label": labels}), "list")
         return [_listed(c) or self.state(str(c["Id"])) for c in found]
 
@@ -519,6 +518,32 @@ def host_config(spec: ContainerSpec, api_version: str) -> dict[str, Any]:
             security_opt=["no-new-privileges:true"],
         )
     )
+
+
+def owned_labels(store_id: str, node: str, job_id: int | None = None) -> list[str]:
+    """The label filters that list a store's containers of one node (or of one of its jobs)."""
+    job = LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}"
+    return [f"{LABEL_STORE}={store_id}", f"{LABEL_NODE}={node}", job]
+
+
+def listed_states(
+    found: list[Mapping[str, Any]], inspected: Mapping[str, Mapping[str, Any]]
+) -> list[ContainerState]:
+    """Containers' states from the engine's list, and the inspection of those that ended.
+
+    As :meth:`Engine.owned` reads them, from a listing made on the host
+    (:func:`gctl.hosts.agent.list_containers`); an ended container not
+    inspected (removed meanwhile) is left out.
+    """
+    out = []
+    for entry in found:
+        state = _listed(entry)
+        info = inspected.get(str(entry["Id"]))
+        if state is None and info is not None:
+            state = _state(info)
+        if state is not None:
+            out.append(state)
+    return out
 
 
 def _listed(entry: Mapping[str, Any]) -> ContainerState | None:
