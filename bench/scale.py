@@ -7,10 +7,12 @@ emulated V100s in a fresh store (SQLite, or PostgreSQL with
 ``--postgres``), starts the real ``gctl daemon`` (a child process, default
 periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
 
-- idle (``--idle`` seconds once every node has answered): the daemon's CPU
-  (share of one core) and resident memory, and the heartbeat round: the
-  oldest node answer at each second, worst seen (every node is looked at
-  every heartbeat, so this stays near the period plus one look);
+- idle (``--idle`` seconds, from one heartbeat after every node first
+  answered): the daemon's CPU (share of one core) and resident memory, the
+  machine's memory in use (hosts, engines and daemon together), and the
+  heartbeat round: the oldest node answer at each second, worst seen
+  (every node is looked at every heartbeat, so this stays near the period
+  plus one look);
 - load: ``--rate`` submissions per second for ``--load`` seconds of short
   job-SDK jobs (1, 2 or 4 GPUs), then until they run: submit to RUNNING
   p50/p99 (from the store's state history), the tick time p99 (the
@@ -60,6 +62,8 @@ HARNESS = str(ROOT / "scripts" / "scalehosts.sh")
 TESTPG = str(ROOT / "scripts" / "testpg.sh")
 TRAIN = ["python3", "/opt/gctl/train.py", "--steps", "20", "--step-time", "0.1"]
 METRICS_PORT = 9467
+HEARTBEAT = 5.0
+"""The daemon's heartbeat period (its default)."""
 
 
 def _harness(n: int, engines: int) -> dict[str, Any]:
@@ -108,6 +112,12 @@ def _cpu_seconds(pid: int) -> float:
 def _rss_mib(pid: int) -> float:
     found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
     return int(found.group(1)) / 1024 if found else 0.0
+
+
+def _machine_used_mib() -> float:
+    """Memory in use on the machine (MemTotal - MemAvailable): hosts, engines and daemon."""
+    info = dict(re.findall(r"(\w+):\s+(\d+) kB", Path("/proc/meminfo").read_text()))
+    return (int(info["MemTotal"]) - int(info["MemAvailable"])) / 1024
 
 
 def _staleness(store: db.Store, frozen: Collection[str] = ()) -> tuple[float, int]:
@@ -192,13 +202,15 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     row: dict[str, Any] = {"hosts": n}
     try:
         began = time.monotonic()
-        while _staleness(store)[1] and time.monotonic() - began < 600:
+        while _staleness(store)[1] and time.monotonic() - began < max(600.0, 2.0 * n):
             time.sleep(0.5)
         row["all_seen_s"] = time.monotonic() - began
+        time.sleep(HEARTBEAT)  # one round after the start's: connections are set up by then
         cpu0, t0 = _cpu_seconds(daemon.pid), time.monotonic()
         row["idle_round_s"] = _watch_round(store, args.idle)
         row["idle_cpu"] = (_cpu_seconds(daemon.pid) - cpu0) / (time.monotonic() - t0)
         row["idle_rss_mib"] = _rss_mib(daemon.pid)
+        row["machine_mib"] = _machine_used_mib()
         ids: list[int] = []
         sizes = [1, 1, 1, 2, 4]
         start = time.monotonic()
@@ -254,7 +266,7 @@ def main() -> None:
         if args.postgres:
             args.db_url = _postgres(tmp)
         backend = "PostgreSQL" if args.postgres else "SQLite"
-        head = "hosts  seen(s) idle-round idle-CPU idle-RSS load-round submit->run p50/p99"
+        head = "hosts  seen(s) idle-round idle-CPU idle-RSS machine load-round submit->run p50/p99"
         print(f"{head}  tick-p99  RSS  ran  frozen-down  ({backend})")
         for n in [int(x) for x in args.hosts.split(",")]:
             r = run_one(n, args, tmp)
@@ -262,6 +274,7 @@ def main() -> None:
             print(
                 f"{n:5d}  {r['all_seen_s']:6.1f}  {r['idle_round_s']:8.1f}s"
                 f"  {100 * r['idle_cpu']:6.1f}%  {r['idle_rss_mib']:6.0f}M"
+                f"  {r['machine_mib'] / 1024:5.1f}G"
                 f"  {r['load_round_s']:8.1f}s  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
                 f"  {r['tick_p99']:>8}  {r['rss_mib']:4.0f}M  {r['ran']}  {frozen}",
                 flush=True,

@@ -31,8 +31,13 @@ _AGENT = Path(agent.__file__).read_text(encoding="utf-8")
 
 
 def agent_argv(mode: str) -> list[str]:
-    """The command that runs one mode of :mod:`gctl.hosts.agent` on a host."""
-    return ["python3", "-c", _AGENT, mode]
+    """The command that runs one mode of :mod:`gctl.hosts.agent` on a host.
+
+    Isolated (``-I``: no environment variables, no user site) and without
+    the ``site`` module (``-S``): the agent needs only the standard library,
+    and a long-running one costs the host 3 MiB less.
+    """
+    return ["python3", "-I", "-S", "-c", _AGENT, mode]
 
 
 def run_agent(pool: Pool, target: Target, mode: str, request: dict[str, Any]) -> dict[str, Any]:

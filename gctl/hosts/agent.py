@@ -75,17 +75,17 @@ from __future__ import annotations
 
 import collections
 import fcntl
-import http.client
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import http.client
 
 PROGRESS_FILE = "progress.json"
 CHECKPOINT_FILE = "checkpoint.json"
@@ -225,7 +225,7 @@ def observe(request: dict[str, Any]) -> dict[str, Any]:
         ask = request["containers"]
         try:
             answer["containers"] = list_containers(str(ask["socket"]), list(ask["labels"]))
-        except (OSError, http.client.HTTPException, ValueError) as exc:
+        except (OSError, ValueError) as exc:
             answer["containers_error"] = f"{type(exc).__name__}: {exc}"
     docker = list(request.get("docker") or ["docker"])
     started = None
@@ -252,20 +252,6 @@ def observe(request: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-class _UnixHTTP(http.client.HTTPConnection):
-    """HTTP to a unix socket: how the Docker engine's API is reached on its host."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
-
-
 def _engine_get(conn: http.client.HTTPConnection, path: str) -> Any:
     """The engine's JSON answer to ``GET path``; None for 404 (a container removed meanwhile)."""
     conn.request("GET", path)
@@ -279,9 +265,25 @@ def _engine_get(conn: http.client.HTTPConnection, path: str) -> Any:
 
 
 def list_containers(sock: str, labels: list[str]) -> dict[str, Any]:
-    """The containers with all ``labels`` (the engine's list), and the inspection of ended ones."""
+    """The containers with all ``labels`` (the engine's list), and the inspection of ended ones.
+
+    Through the engine's API on its unix socket ``sock``; any failure is a ValueError or an
+    OSError.
+    """
+    # Imported here: the watchdog and the throttles run this same file and need none of it
+    # (some 2 MiB each on the host).
+    import http.client
+    import socket
+    import urllib.parse
+
+    class UnixHTTP(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(self.timeout)
+            self.sock.connect(sock)
+
     query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": labels})})
-    conn = _UnixHTTP(sock, 30.0)
+    conn = UnixHTTP("localhost", timeout=30.0)
     try:
         listed = _engine_get(conn, f"/containers/json?{query}") or []
         inspected = {}
@@ -291,6 +293,8 @@ def list_containers(sock: str, labels: list[str]) -> dict[str, Any]:
                 info = _engine_get(conn, f"/containers/{cid}/json")
                 if info is not None:
                     inspected[cid] = info
+    except http.client.HTTPException as exc:
+        raise ValueError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         conn.close()
     return {"list": listed, "inspect": inspected}
@@ -435,7 +439,7 @@ def _detach(script_dir: str, log_name: str, *args: str, keep: int) -> int:
             try:
                 os.close(readable)
                 proc = subprocess.Popen(
-                    [sys.executable, script, *args],
+                    [sys.executable, "-I", "-S", script, *args],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
