@@ -14,13 +14,14 @@ periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
   (every node is looked at every heartbeat, so this stays near the period
   plus one look);
 - load: ``--rate`` submissions per second for ``--load`` seconds of short
-  job-SDK jobs (1, 2 or 4 GPUs), then until they run: submit to RUNNING
-  p50/p99 (from the store's state history), the tick time p99 (the
+  job-SDK jobs (1, 2 or 4 GPUs), then until they have all run (at most
+  ``RUN_WAIT`` s more): submit to RUNNING p50/p99 of those that ran (from
+  the store's state history), how many ran, the tick time p99 (the
   daemon's ``gctl_daemon_tick_seconds`` histogram: the bucket it falls in)
   and the heartbeat round under load;
 - with ``--freeze K``: K hosts frozen (SIGSTOP of their sshd and sessions)
-  during the load; how long until each is marked down, against
-  ``--node-timeout`` (default 20 s here).
+  half-way through the load, the stream going on; how long until each is
+  marked down, against ``--node-timeout`` (default 20 s here).
 
 Prints one row per N. Needs root; uses its own hosts (never the test
 hosts). GPUs are emulated. On a small machine the hosts' own work (an
@@ -45,6 +46,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Collection
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,8 @@ TRAIN = ["python3", "/opt/gctl/train.py", "--steps", "20", "--step-time", "0.1"]
 METRICS_PORT = 9467
 HEARTBEAT = 5.0
 """The daemon's heartbeat period (its default)."""
+RUN_WAIT = 60.0
+"""Seconds the load's jobs get, after the stream, to have all run."""
 
 
 def _harness(n: int, engines: int) -> dict[str, Any]:
@@ -156,21 +160,25 @@ def _tick_p99() -> str:
     return "-"
 
 
-def _submit_to_running(store: db.Store, ids: list[int]) -> list[float]:
-    """Seconds from submit to first RUNNING of each job that ran."""
-    with transaction(store.engine, write=False) as s:
-        first = dict(
-            s.execute(
-                select(JobStateRow.job_id, func.min(JobStateRow.at))
-                .where(JobStateRow.job_id.in_(ids), JobStateRow.state == "RUNNING")
-                .group_by(JobStateRow.job_id)
-            ).all()
-        )
-        submitted = dict(s.execute(select(JobRow.id, JobRow.submit_time)).all())
-    return sorted(first[j] - submitted[j] for j in ids if j in first)
+def _submit_to_running(store: db.Store, ids: list[int], within: float) -> list[float]:
+    """Seconds from submit to first RUNNING of each job that ran (waiting ``within`` s for all)."""
+    end = time.monotonic() + within
+    while True:
+        with transaction(store.engine, write=False) as s:
+            first = dict(
+                s.execute(
+                    select(JobStateRow.job_id, func.min(JobStateRow.at))
+                    .where(JobStateRow.job_id.in_(ids), JobStateRow.state == "RUNNING")
+                    .group_by(JobStateRow.job_id)
+                ).all()
+            )
+            submitted = dict(s.execute(select(JobRow.id, JobRow.submit_time)).all())
+        if len(first) == len(ids) or time.monotonic() > end:
+            return sorted(first[j] - submitted[j] for j in ids if j in first)
+        time.sleep(1.0)
 
 
-def _freeze(info: dict[str, Any], names: list[str], store: db.Store, timeout: float) -> float:
+def _freeze(names: list[str], store: db.Store, timeout: float) -> float:
     """Freeze hosts ``names``; seconds until the store has them all down (thawed after)."""
     subprocess.run([HARNESS, "freeze", *names], check=True)
     began = time.monotonic()
@@ -214,17 +222,20 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         ids: list[int] = []
         sizes = [1, 1, 1, 2, 4]
         start = time.monotonic()
-        frozen_s, names = None, []
-        for k in range(int(args.rate * args.load)):
-            while time.monotonic() < start + k / args.rate:
-                time.sleep(0.005)
-            req = specs.build(image="gctl-test/train:1", command=TRAIN, gpus=sizes[k % 5])
-            ids += jobs.submit(store, [req])
-            if args.freeze and k == int(args.rate * args.load) // 2:
-                names = [h["name"] for h in info["hosts"][: args.freeze]]
-                frozen_s = _freeze(info, names, store, args.node_timeout)
-        row["load_round_s"] = _watch_round(store, 10.0, names)
-        waits = _submit_to_running(store, ids)
+        names: list[str] = []
+        freezing: Future[float] | None = None
+        with ThreadPoolExecutor(max_workers=1) as background:
+            for k in range(int(args.rate * args.load)):
+                while time.monotonic() < start + k / args.rate:
+                    time.sleep(0.005)
+                req = specs.build(image="gctl-test/train:1", command=TRAIN, gpus=sizes[k % 5])
+                ids += jobs.submit(store, [req])
+                if args.freeze and k == int(args.rate * args.load) // 2:  # the stream goes on
+                    names = [h["name"] for h in info["hosts"][: args.freeze]]
+                    freezing = background.submit(_freeze, names, store, args.node_timeout)
+            row["load_round_s"] = _watch_round(store, 10.0, names)
+        frozen_s = freezing.result() if freezing is not None else None
+        waits = _submit_to_running(store, ids, within=RUN_WAIT)
         row["ran"] = f"{len(waits)}/{len(ids)}"
         row["p50_s"] = statistics.median(waits) if waits else float("nan")
         row["p99_s"] = waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else float("nan")

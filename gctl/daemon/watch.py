@@ -3,10 +3,14 @@
 An *observation* of a node lists the store's containers on it (every tick
 for a node with jobs, so an exit is seen within about a second) and, every
 heartbeat, also samples its GPUs, renews its watchdog's lease and reads the
-progress reports of the jobs whose directory it holds
-(:mod:`gctl.hosts.agent`); a job that ended gets its report read, and its
-directory copied into the daemon's mirror when it stopped before its end,
-at once. Observations run on threads of their own, at most one per node at
+progress reports of the jobs whose directory it holds; a job that ended
+gets its report read, and its directory copied into the daemon's mirror
+when it stopped before its end, at once. A look is one request to the
+node's long-running host agent (:mod:`gctl.hosts.agent_link`), which lists
+the containers through the engine's unix socket before it reads the
+reports, so a report read for an exit seen is the job's last; where the
+engine has no such socket, the engine's API over SSH lists them and the
+reports of the jobs that ended are read again after it. Observations run on threads of their own, at most one per node at
 a time; the tick only collects those that ended. An observation that has not
 answered within its deadline marks the node *not responding* right away,
 whatever the SSH timeouts, and the node stays so until an observation
@@ -120,18 +124,14 @@ def observe(
             }
             if throttles:
                 extras["throttles"] = throttles
-        got: dict[str, Any] | None = None
-        containers: list[ContainerState] | None = None
-        socket = hostops.engine_socket(row)
-        if socket:  # one round trip: the agent lists the containers, then reads every report
-            labels = owned_labels(site.store_id, row.name)
-            request = {**extras, "dirs": list(home.values())}
-            request["containers"] = {"socket": socket, "labels": labels}
-            got = site.agents.ask(target, "observe", request, site.pool.command_timeout)
-            listing = got.get("containers")
-            if isinstance(listing, dict):
-                containers = listed_states(listing["list"], listing["inspect"])
-        if containers is None:  # the engine's API over SSH, then the reports read after it
+        # One round trip: the agent lists the containers, then reads every report.
+        request = {**extras, "dirs": list(home.values())}
+        request["containers"] = {"labels": owned_labels(site.store_id, row.name)}
+        got = site.agents.ask(target, "observe", request, site.pool.command_timeout)
+        listing = got.get("containers")
+        if isinstance(listing, dict):
+            containers = listed_states(listing["list"], listing["inspect"])
+        else:  # no unix socket there: the engine's API over SSH, then the reports read anew
             containers = site.engine(row).owned()
         current = {j.job_id: j for j in jobs}
         ended = {
@@ -144,24 +144,18 @@ def observe(
         }
         asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
         dirs = {j.job_id: home[j.job_id] for j in asked}
-        if got is not None and "containers" not in got and dirs:  # read before that listing
+        summaries = got.get("reports") or {}
+        if not isinstance(listing, dict) and dirs:  # read before that listing: read again
             again = {"docker": extras["docker"], "dirs": list(dirs.values())}
             reread = site.agents.ask(target, "observe", again, site.pool.command_timeout)
-            got = {**got, "reports": reread.get("reports")}
-        elif got is None and (full or dirs):
-            request = {**extras, "dirs": list(dirs.values())}
-            got = site.agents.ask(target, "observe", request, site.pool.command_timeout)
-        reports: dict[int, jobfiles.Report] = {}
-        boot = engine = None
+            summaries = reread.get("reports") or {}
+        reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
+        boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
         throttled: dict[str, float] = {}
-        if got is not None:
-            summaries = got.get("reports") or {}
-            reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
-            boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
-            for tdir, answer in (got.get("throttles") or {}).items():
-                since = _float(answer.get("since")) if isinstance(answer, dict) else None
-                if since is not None:
-                    throttled[str(tdir)] = since
+        for tdir, answer in (got.get("throttles") or {}).items():
+            since = _float(answer.get("since")) if isinstance(answer, dict) else None
+            if since is not None:
+                throttled[str(tdir)] = since
         for job in asked:
             report = reports.get(job.job_id)
             if report is not None and _worth_saving(site, job, report, job.job_id in ended):

@@ -12,10 +12,11 @@ and a JSON answer on stdout:
     reads the progress and checkpoint summaries of the job directories
     asked for, and tells when the host booted and when its Docker engine
     started: a container that ended before either was stopped by a reboot
-    or an engine restart, not by its own hand. With ``containers`` (the
-    engine's unix socket and label filters) it also lists the containers
-    so labelled, inspecting those that ended (the list has no exit code),
-    through the engine's API: the look needs no second round trip.
+    or an engine restart, not by its own hand. With ``containers`` (label
+    filters) it first lists the containers so labelled, inspecting those
+    that ended (the list has no exit code), through the API of the engine
+    ``docker`` reaches when that is a unix socket: the look needs no
+    second round trip.
 ``prepare``
     Makes an attempt's job directory unless it exists: seeded with a copy of
     the newest earlier attempt's directory on this host, else empty. Each
@@ -134,10 +135,40 @@ def boot_time() -> float | None:
     return None
 
 
+def _docker_host(docker: list[str]) -> str:
+    """The engine the docker argv names: its ``-H``, else ``$DOCKER_HOST``; empty for neither."""
+    return docker[docker.index("-H") + 1] if "-H" in docker else os.environ.get("DOCKER_HOST", "")
+
+
 def _socket_path(docker: list[str]) -> str | None:
     """The engine's unix socket path, from ``-H`` in the docker argv or ``$DOCKER_HOST``."""
-    host = docker[docker.index("-H") + 1] if "-H" in docker else os.environ.get("DOCKER_HOST", "")
+    host = _docker_host(docker)
     return host[len("unix://") :] if host.startswith("unix://") else None
+
+
+def engine_socket(docker: list[str]) -> str | None:
+    """The unix socket the ``docker`` argv reaches, chosen as the CLI chooses it.
+
+    ``-H``, else ``$DOCKER_HOST``, else the default socket; None where the
+    CLI would reach the engine otherwise (TCP, SSH, a docker context), which
+    only the CLI itself then reaches.
+    """
+    if _docker_host(docker):
+        return _socket_path(docker)
+    if os.environ.get("DOCKER_CONTEXT") or _context_set():
+        return None
+    return "/var/run/docker.sock"
+
+
+def _context_set() -> bool:
+    """Whether the docker CLI's config picks a context other than the default."""
+    config = os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker")
+    try:
+        with open(os.path.join(config, "config.json"), encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("currentContext") not in (None, "", "default")
 
 
 def engine_start(docker: list[str], booted: float | None) -> float | None:
@@ -221,13 +252,15 @@ def renew_lease(lease: dict[str, Any]) -> int | None:
 def observe(request: dict[str, Any]) -> dict[str, Any]:
     """The ``observe`` mode (module docstring)."""
     answer: dict[str, Any] = {}
+    docker = list(request.get("docker") or ["docker"])
     if request.get("containers"):  # first: a report read after an exit was seen is its last
-        ask = request["containers"]
+        sock = engine_socket(docker)
         try:
-            answer["containers"] = list_containers(str(ask["socket"]), list(ask["labels"]))
+            if sock is None:
+                raise ValueError("the engine is not reached through a unix socket")
+            answer["containers"] = list_containers(sock, list(request["containers"]["labels"]))
         except (OSError, ValueError) as exc:
             answer["containers_error"] = f"{type(exc).__name__}: {exc}"
-    docker = list(request.get("docker") or ["docker"])
     started = None
     if request.get("lease"):
         started = renew_lease(request["lease"])

@@ -137,16 +137,6 @@ def docker_argv(row: NodeRow) -> list[str]:
     return ["docker", *(["-H", row.docker_host] if row.docker_host else [])]
 
 
-def engine_socket(row: NodeRow) -> str:
-    """The path of the unix socket of the node's engine on its host, when it is reached by one.
-
-    The default socket when the node names no engine; empty for an engine
-    reached otherwise (``tcp://``, ``ssh://``).
-    """
-    host = row.docker_host or "unix:///var/run/docker.sock"
-    return host.removeprefix("unix://") if host.startswith("unix://") else ""
-
-
 def emulated_gpu_dir(row: NodeRow) -> str | None:
     """The node's emulated-GPU directory on its host (:mod:`gctl.hosts.emulated`), if emulated."""
     return f"{work_dir(row)}/emulated-gpus" if row.emulated else None

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agentkit import run_mode
 
 from gctl.hosts import agent
@@ -245,3 +246,35 @@ def test_forget_jobs_removes_job_directories_and_never_follows_a_link(tmp_path: 
     assert got == {"removed": [7, 8]}
     assert sorted(p.name for p in base.iterdir()) == []
     assert (elsewhere / "keep").read_text() == "keep\n"
+
+
+def test_the_engine_socket_is_the_one_the_docker_cli_would_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert agent.engine_socket(["docker"]) == "/var/run/docker.sock"
+    assert agent.engine_socket(["docker", "-H", "unix:///run/e1.sock"]) == "/run/e1.sock"
+    assert agent.engine_socket(["docker", "-H", "tcp://10.0.0.1:2375"]) is None
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/e2.sock")  # sshd's SetEnv, say
+    assert agent.engine_socket(["docker"]) == "/run/e2.sock"
+    assert agent.engine_socket(["docker", "-H", "unix:///run/e1.sock"]) == "/run/e1.sock"
+    monkeypatch.delenv("DOCKER_HOST")
+    (tmp_path / "config.json").write_text(json.dumps({"currentContext": "rootless"}))
+    assert agent.engine_socket(["docker"]) is None  # only the CLI knows where that is
+    (tmp_path / "config.json").write_text(json.dumps({"currentContext": "default"}))
+    assert agent.engine_socket(["docker"]) == "/var/run/docker.sock"
+    monkeypatch.setenv("DOCKER_CONTEXT", "remote")
+    assert agent.engine_socket(["docker"]) is None
+
+
+def test_observe_says_why_it_could_not_list_containers(tmp_path: Path) -> None:
+    sock = tmp_path / "none.sock"
+    got = run_mode(
+        "observe", {"docker": ["docker", "-H", f"unix://{sock}"], "containers": {"labels": []}}
+    )
+    assert "containers" not in got
+    assert got["containers_error"].startswith("FileNotFoundError")
+    tcp = {"docker": ["docker", "-H", "tcp://127.0.0.1:1"], "containers": {"labels": []}}
+    assert "not reached through a unix socket" in run_mode("observe", tcp)["containers_error"]
