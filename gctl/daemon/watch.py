@@ -10,8 +10,9 @@ node's long-running host agent (:mod:`gctl.hosts.agent_link`), which lists
 the containers through the engine's unix socket before it reads the
 reports, so a report read for an exit seen is the job's last; where the
 engine has no such socket, the engine's API over SSH lists them and the
-reports of the jobs that ended are read again after it. Observations run on threads of their own, at most one per node at
-a time; the tick only collects those that ended. An observation that has not
+reports of the jobs that ended are read again after it. Observations run
+on threads of their own, at most one per node at a time; the tick only
+collects those that ended. An observation that has not
 answered within its deadline marks the node *not responding* right away,
 whatever the SSH timeouts, and the node stays so until an observation
 answers again. A node whose looks keep failing is looked at less and less
