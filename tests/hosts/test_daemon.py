@@ -248,7 +248,9 @@ def test_a_pack_that_loses_to_time_slicing_is_undone(
     host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
 ) -> None:
     # The jobs show 20 % but compute the whole step: packed, each runs at half speed or less.
-    ids = _light_looking_jobs(host_store, steps=200, gpu_busy=1.0)
+    # 400 steps of 0.05 s: long enough that a loaded machine still measures the pack and
+    # undoes it before the jobs end (200 were once too few in a full run).
+    ids = _light_looking_jobs(host_store, steps=400, gpu_busy=1.0)
     # Time slicing gives a pair 1.0 at best; ask packing to beat it clearly.
     options = {"quantum": 1.0, "migration": False, "reconsider_every": 1.0}
     options["pack_keep_above"] = 1.25
@@ -260,7 +262,7 @@ def test_a_pack_that_loses_to_time_slicing_is_undone(
     with transaction(host_store.engine, write=False) as s:
         undone = s.scalars(select(EventRow).where(EventRow.kind == "job.unpack")).all()
     assert all("do not beat time slicing" in e.message for e in undone), [e.message for e in undone]
-    _wait_all_reach(host_store, hosts, ids, 200, timeout=150)
+    _wait_all_reach(host_store, hosts, ids, 400, timeout=150)
 
 
 def test_a_scattered_job_is_regrouped_after_a_big_job_finishes(
