@@ -237,7 +237,11 @@ class WatchApp(App[None]):
         if self._filter_timer is not None:
             self._filter_timer.stop()
             self._filter_timer = None
-        self.filter_text = self.query_one("#filter", Input).value
+        boxes = self.query("#filter").results(Input)
+        box = next(boxes, None)
+        if box is None:  # a pause's timer that fired as the screen went away: nothing to filter
+            return
+        self.filter_text = box.value
         self.query_one(JobsTable).filter_on(self.filter_text)
         self._filter_others()
         self._status()
