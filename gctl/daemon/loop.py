@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import selectinload
 
 from gctl.config import site_policy
@@ -520,5 +520,10 @@ def _step(name: str, step: Callable[[], object]) -> None:
         step()
     except lease.Fenced:
         raise
+    except OperationalError as exc:
+        # The store went away or ended the session (a PostgreSQL timeout, a restart): the
+        # next tick's lease renewal tells whether the daemon may go on; no traceback helps.
+        said = str(exc.orig).strip().splitlines()
+        log.warning("%s step failed: store: %s", name, said[0] if said else type(exc.orig).__name__)
     except Exception:  # the loop must outlive any one step; the traceback goes to the log
         log.exception("%s step failed", name)
