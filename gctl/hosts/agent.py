@@ -98,6 +98,12 @@ LABEL_STORE = "gctl.store"
 LABEL_NODE = "gctl.node"
 POLL_S = 1.0
 """Seconds between the watchdog's looks at its lease."""
+LAPSED_POLL_S = 10.0
+"""Seconds between the watchdog's looks at the engine while a lapsed lease finds nothing running.
+
+Only a renewal (which it sees at once) makes the daemon start containers again; polling the
+engine every second on every host of a daemon that stalled would add to what stalled it.
+"""
 THROTTLE = "throttle.json"
 THROTTLE_LOCK = "throttle.lock"
 THROTTLE_LOG = "throttle.log"
@@ -297,11 +303,11 @@ def _engine_get(conn: http.client.HTTPConnection, path: str) -> Any:
     return json.loads(body)
 
 
-def list_containers(sock: str, labels: list[str]) -> dict[str, Any]:
+def list_containers(sock: str, labels: list[str], *, ended: bool = True) -> dict[str, Any]:
     """The containers with all ``labels`` (the engine's list), and the inspection of ended ones.
 
     Through the engine's API on its unix socket ``sock``; any failure is a ValueError or an
-    OSError.
+    OSError. Without ``ended``: only the running (or paused) ones, none inspected.
     """
     # Imported here: the watchdog and the throttles run this same file and need none of it
     # (some 2 MiB each on the host).
@@ -315,7 +321,9 @@ def list_containers(sock: str, labels: list[str]) -> dict[str, Any]:
             self.sock.settimeout(self.timeout)
             self.sock.connect(sock)
 
-    query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": labels})})
+    query = urllib.parse.urlencode(
+        {"all": "1" if ended else "0", "filters": json.dumps({"label": labels})}
+    )
     conn = UnixHTTP("localhost", timeout=30.0)
     try:
         listed = _engine_get(conn, f"/containers/json?{query}") or []
@@ -391,38 +399,65 @@ def _docker(argv: list[str], *args: str) -> list[str]:
 
 
 def expired(agent_dir: str, at: float) -> dict[str, Any] | None:
-    """The lease when it has run out at ``at`` (and no standdown); None while it holds."""
+    """The lease when it has run out at ``at`` (and no standdown); None while it holds.
+
+    The lease's ``renewed`` is when it was last written.
+    """
     path = os.path.join(agent_dir, LEASE)
     try:
-        age = at - os.stat(path).st_mtime
+        renewed = os.stat(path).st_mtime
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or doc.get("standdown"):
         return None
-    return doc if age > float(doc.get("timeout", 0)) > 0 else None
+    doc["renewed"] = renewed
+    return doc if at - renewed > float(doc.get("timeout", 0)) > 0 else None
 
 
 def watchdog(agent_dir: str) -> None:
-    """The ``watchdog`` mode: kill this store's containers whenever the lease has run out."""
+    """The ``watchdog`` mode: kill this store's containers whenever the lease has run out.
+
+    Once a lapsed lease finds nothing running, the engine is looked at again only after
+    :data:`LAPSED_POLL_S`, or at once when the lease was renewed and lapsed again.
+    """
+    quiet: tuple[float, float] | None = None  # (until, renewed) after finding nothing
     while os.path.isdir(agent_dir):
-        lease = expired(agent_dir, time.time())
-        if lease is not None:
+        now = time.time()
+        lease = expired(agent_dir, now)
+        if lease is not None and (quiet is None or now >= quiet[0] or quiet[1] != lease["renewed"]):
             docker = [str(a) for a in lease.get("docker") or ["docker"]]
-            mine = ["--filter", f"label={LABEL_STORE}={lease['store']}"]
+            mine = [f"{LABEL_STORE}={lease['store']}"]
             if lease.get("node"):  # an engine other nodes share: only this node's
-                mine += ["--filter", f"label={LABEL_NODE}={lease['node']}"]
+                mine.append(f"{LABEL_NODE}={lease['node']}")
+            quiet = None
             try:
-                running = _docker(docker, "ps", "-q", *mine)
+                running = _running(docker, mine)
                 if running:
                     _docker(docker, "unpause", *running)  # a frozen container cannot be killed
                     killed = _docker(docker, "kill", *running)
                     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                     print(f"{stamp} lease expired: killed {' '.join(killed)}", flush=True)
-            except (OSError, subprocess.SubprocessError) as exc:
+                else:
+                    quiet = (now + LAPSED_POLL_S, lease["renewed"])
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 print(f"watchdog: {exc}", flush=True)
         time.sleep(POLL_S)
+
+
+def _running(docker: list[str], labels: list[str]) -> list[str]:
+    """Ids of the running (or paused) containers with all ``labels``.
+
+    Through the engine's socket where the CLI would use one (no process started), else
+    ``docker ps``.
+    """
+    sock = engine_socket(docker)
+    if sock is not None:
+        return [str(c["Id"]) for c in list_containers(sock, labels, ended=False)["list"]]
+    return _docker(
+        docker, "ps", "-q", *(f for label in labels for f in ("--filter", f"label={label}"))
+    )
 
 
 def _locked(path: str) -> int | None:

@@ -6,11 +6,17 @@ stand-in script that lists two containers and logs what it is asked.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
+import socketserver
+import threading
 import time
+import urllib.parse
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +29,12 @@ AGENT = agent.__file__
 
 
 def _docker(tmp_path: Path) -> tuple[Path, Path]:
-    """A stand-in ``docker``: ``ps`` lists c1 and c2, every call is logged."""
+    """A stand-in ``docker``: ``ps`` lists c1 and c2, every call is logged (without its -H)."""
     log = tmp_path / "docker.log"
     script = tmp_path / "docker"
     script.write_text(
         "#!/bin/sh\n"
+        'if [ "$1" = -H ]; then shift 2; fi\n'
         f'echo "$@" >> {log}\n'
         'if [ "$1" = ps ]; then echo c1; echo c2; else shift; echo "$@"; fi\n'
     )
@@ -72,9 +79,12 @@ def test_prepare_seeds_a_new_attempt_from_the_newest_earlier_one_and_keeps_two(
     assert latest["step"] == 9
 
 
-def _lease(agent_dir: Path, timeout: float, docker: Path) -> dict[str, Any]:
+def _lease(
+    agent_dir: Path, timeout: float, docker: Path, engine: str = "tcp://127.0.0.1:9"
+) -> dict[str, Any]:
+    """A lease whose CLI reaches ``engine`` (over TCP by default: only the CLI lists it)."""
     lease = {"dir": str(agent_dir), "store": "s1", "node": "n1", "timeout": timeout}
-    return {**lease, "docker": [str(docker)]}
+    return {**lease, "docker": [str(docker), "-H", engine]}
 
 
 def _kills(log: Path) -> list[str]:
@@ -121,6 +131,67 @@ def test_the_watchdog_kills_the_stores_containers_once_its_lease_runs_out(
         assert agent_dir.stat().st_mode & 0o077 == 0  # the store's own, whatever the umask
     finally:
         os.kill(pid, signal.SIGTERM)
+
+
+class _UnixEngine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+@contextmanager
+def _engine(sock: Path, running: list[str], asked: list[str]) -> Iterator[None]:
+    """A stand-in engine API on a unix socket: lists ``running``, notes each path asked."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(urllib.parse.unquote(self.path))
+            body = json.dumps([{"Id": c, "State": "running"} for c in running]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def address_string(self) -> str:
+            return "engine"  # a unix socket's peer has no address
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = _UnixEngine(str(sock), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_lapsed_watchdog_lists_through_the_engines_socket_then_waits_while_none_runs(
+    tmp_path: Path,
+) -> None:
+    docker, log = _docker(tmp_path)
+    agent_dir, sock = tmp_path / "agent", tmp_path / "engine.sock"
+    running, asked = ["c9"], []
+    lease = _lease(agent_dir, 1.0, docker, f"unix://{sock}")
+    with _engine(sock, running, asked):
+        pid = run_mode("observe", {"lease": lease})["watchdog_started"]
+        assert isinstance(pid, int)
+        try:
+            _wait_for(lambda: _kills(log), within=10)
+            assert _kills(log)[0] == "kill c9"
+            assert not [line for line in log.read_text().splitlines() if line.startswith("ps")]
+            assert asked[0].startswith("/containers/json?all=0&")  # running ones only
+            assert "gctl.store=s1" in asked[0] and "gctl.node=n1" in asked[0]
+            running.clear()  # killed: the next look finds none, and the engine is left alone
+            _wait_for(lambda: len(asked) >= 2, within=5)
+            time.sleep(0.5)
+            quiet = len(asked)
+            time.sleep(3.0)
+            assert len(asked) == quiet
+            run_mode("observe", {"lease": lease})  # renewed, and lapsed again: looked at once
+            _wait_for(lambda: len(asked) > quiet, within=4)
+        finally:
+            os.kill(pid, signal.SIGTERM)
 
 
 def test_the_watchdog_leaves_when_its_store_directory_goes(tmp_path: Path) -> None:
