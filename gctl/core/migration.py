@@ -1,4 +1,4 @@
-"""Gandiva migration: to freed GPUs, for locality, and to defragment.
+"""Gandiva migration: to freed GPUs (out of time slicing and packs), for locality, to defragment.
 
 Every move restores a job from a checkpoint onto a free GPU set, so it costs
 the job a short pause; these passes only move a job when it gains from it.
@@ -50,6 +50,39 @@ def unslice(state: ClusterState, now: float) -> list[Decision]:
         where = best.gpus[0][0]
         why = f"was taking turns on {where}; GPUs freed"
         out += _move(state, best.id, dst, now, why)
+    return out
+
+
+def unpack(state: ClusterState, now: float) -> list[Decision]:
+    """Split packs onto free GPUs once nobody waits for them, oldest pack first.
+
+    A pack is kept while it beats time slicing, but on an idle GPU set each
+    of its jobs runs at full speed: when the queue has drained (a trace's
+    tail), a long job left packed would set the makespan at a fraction of
+    its speed. The newer job of the pair moves; the older one keeps its GPUs.
+    Jobs still waiting for GPUs keep them (a move would take what they wait for).
+    """
+    out: list[Decision] = []
+    if state.pending:
+        return out
+    jobs = state.jobs
+    packs: list[tuple[int, int, JobState]] = []
+    for key in state.shared:
+        members = [jobs[m] for m in state.groups[key]]
+        if not all(_movable(js) for js in members):
+            continue
+        oldest = min(members, key=lambda j: (-j.spec.priority, j.seq))
+        mover = max(members, key=lambda j: (-j.spec.priority, j.seq))
+        packs.append((-oldest.spec.priority, oldest.seq, mover))
+    packs.sort(key=lambda p: p[:2])
+    for _, _, js in packs:
+        if state.total_free < js.held:
+            break
+        dst = free_set(state, js.held, span=False, datasets=frozenset(js.spec.datasets))
+        if dst is None:
+            continue
+        why = f"was packed on {js.gpus[0][0]}; GPUs free and nobody waiting"
+        out += _move(state, js.id, dst, now, why)
     return out
 
 

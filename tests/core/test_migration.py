@@ -247,3 +247,59 @@ def test_migrated_and_placed_jobs_keep_state_consistent() -> None:
     assert state.total_free == sum(ns.free for ns in state.nodes.values())
     busy = [ns for ns in state.nodes.values() if ns.load]
     assert len(busy) == 1  # the three small jobs were gathered on one node
+
+
+# ---- packs split onto GPUs nobody waits for ----------------------------------
+
+
+def _packed(state: ClusterState) -> None:
+    """a and b packed on n0:0 (b the newer), n0:1 busy with c."""
+    put(state, "a", "n0", (0,))
+    put(state, "c", "n0", (1,))
+    submit(state, "b", 1, 1.0)
+    state.commit([Place("b", (("n0", 0),), ShareMode.PACKED, "test")], 1.0)
+    assert state.members((("n0", 0),)) == ["a", "b"]
+
+
+def test_a_pack_splits_onto_freed_gpus_once_nobody_waits() -> None:
+    state = new_state(2)
+    policy = gandiva()
+    _packed(state)
+    state.finish("c", 10.0)
+    out = policy.schedule(state, 10.0)
+    assert [(m.job_id, m.dst) for m in of_type(out, Migrate)] == [("b", (("n0", 1),))]
+    assert "packed" in state.jobs["b"].reason
+    assert state.mode_of("a") is ShareMode.EXCLUSIVE
+    assert state.mode_of("b") is ShareMode.EXCLUSIVE
+    assert not state.shared
+
+
+def test_a_pack_keeps_its_gpus_while_a_job_waits_for_free_ones() -> None:
+    state = new_state(2)
+    policy = gandiva()
+    _packed(state)
+    submit(state, "big", 2, 5.0)  # waits for both GPUs
+    state.finish("c", 10.0)
+    assert not of_type(policy.schedule(state, 10.0), Migrate)
+    assert state.members((("n0", 0),)) == ["a", "b"]
+    assert state.total_free == 1
+
+
+def test_the_oldest_pack_splits_first_when_free_gpus_are_few() -> None:
+    state = new_state(3)
+    put(state, "a", "n0", (0,))
+    put(state, "x", "n0", (1,))
+    put(state, "c", "n0", (2,))
+    submit(state, "b", 1, 1.0)
+    submit(state, "y", 1, 2.0)
+    state.commit(
+        [
+            Place("y", (("n0", 1),), ShareMode.PACKED, "test"),
+            Place("b", (("n0", 0),), ShareMode.PACKED, "test"),
+        ],
+        2.0,
+    )
+    state.finish("c", 10.0)  # one free GPU for two packs
+    out = migration.unpack(state, 10.0)
+    assert [m.job_id for m in of_type(out, Migrate)] == ["b"]
+    assert state.members((("n0", 1),)) == ["x", "y"]

@@ -182,7 +182,7 @@ class GandivaPolicy:
         return las.Ranking(self.levels, now, self._waiting, self._standings)
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
-        """Reactive pass: hand on freed slices, shrink on demand, place pending, un-slice."""
+        """Reactive pass: hand on freed slices, shrink on demand, place, un-slice, unpack."""
         cfg = self.config
         rank = self._rank(state, now)
         out = timeslice.resume_idle_sets(state, now, rank)
@@ -194,6 +194,7 @@ class GandivaPolicy:
         out += self._place_pending(state, now, rank)
         if cfg.migration:
             out += migration.unslice(state, now)
+            out += migration.unpack(state, now)
             out += timeslice.resume_idle_sets(state, now, rank)
         if self._promotions is not None:
             self._promotions.watch(state, (d.job_id for d in out))
@@ -408,7 +409,7 @@ class GandivaPolicy:
         return now >= self._reconsider_at
 
     def _reconsider(self, state: ClusterState, now: float) -> list[Decision]:
-        """Review packs, pack waiting jobs, regroup spread jobs, defragment."""
+        """Review packs, pack waiting jobs, un-slice, unpack, regroup spread jobs, defragment."""
         cfg = self.config
         out: list[Decision] = []
         if cfg.packing:
@@ -425,6 +426,7 @@ class GandivaPolicy:
                 out += packing.pack_waiting(state, now, self._memory, limits)
         if cfg.migration:
             out += migration.unslice(state, now)
+            out += migration.unpack(state, now)
             out += migration.regroup(state, now, cfg.max_moves_per_pass)
             if state.pending or state.shared:
                 out += migration.defragment(
