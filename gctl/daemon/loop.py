@@ -45,7 +45,6 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
-from sqlalchemy.orm import selectinload
 
 from gctl.config import site_policy
 from gctl.core.opportunistic import Sharing, WithGuests
@@ -291,9 +290,9 @@ class _Loop:
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
         cfg, at, site, watch = self.cfg, now(), self.site, self.watch
-        nodes, jobs = self._nodes_and_jobs()
+        nodes, gpus, jobs = self._nodes_and_jobs()
         self._nodes = nodes
-        watch.look(nodes, jobs, self.throttles, self.guard.nodes())
+        watch.look(nodes, gpus, jobs, self.throttles, self.guard.nodes())
         seen = watch.collect()
         over = self.guard.check(seen)
         if over:
@@ -400,11 +399,12 @@ class _Loop:
         writes = self.balancer.decide(self.site, reports, predict)
         self.balancer.send(self.site, self.inflight, writes)
 
-    def _nodes_and_jobs(self) -> tuple[dict[str, NodeRow], dict[str, list[JobHere]]]:
-        """Every node (GPUs loaded), and the jobs holding GPUs on each; the pairs updated."""
+    def _nodes_and_jobs(
+        self,
+    ) -> tuple[dict[str, NodeRow], hostops.NodeGpus, dict[str, list[JobHere]]]:
+        """Every node and its GPUs, and the jobs holding GPUs on each; the pairs updated."""
         with transaction(self.site.store.engine, write=False) as s:
-            query = select(NodeRow).options(selectinload(NodeRow.gpus))
-            nodes = {r.name: r for r in s.scalars(query)}
+            nodes, node_gpus = hostops.read_nodes(s)
             held: list[Held] = [
                 (r[0], r[1], r[2], r[3], r[4], r[5], r[6])
                 for r in s.execute(
@@ -433,7 +433,7 @@ class _Loop:
             jobs[node].append(JobHere(job_id, attempt, home[job_id] == node))
         if self.throttles is not None:
             self.throttles.update(self._pairs(nodes, held, home, gpus))
-        return nodes, jobs
+        return nodes, node_gpus, jobs
 
     def _pairs(
         self,

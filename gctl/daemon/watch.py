@@ -104,9 +104,10 @@ def observe(
     lease_timeout: float,
     began: float,
     seq: int,
+    gpus: tuple[hostops.HostGpu, ...],
     throttles: list[dict[str, Any]] | None = None,
 ) -> Observation:
-    """Look at one node (module docstring); a failure is the observation's ``error``.
+    """Look at one node with ``gpus`` (module docstring); a failure is the observation's ``error``.
 
     A full look also hands the node's agent ``throttles``, the throttle
     settings of its opportunistic jobs (:mod:`gctl.daemon.throttles`).
@@ -163,7 +164,7 @@ def observe(
                 site.save(row, job.job_id, job.attempt)
         sample = None
         if full:
-            host = hostops.host(row, site.store_id)
+            host = hostops.host(row, site.store_id, gpus)
             sample = telemetry.sample_of(site.pool, host, list(containers))
         attempts = {j.job_id: j.attempt for j in asked}
         return Observation(
@@ -256,11 +257,14 @@ class Watch:
     def look(
         self,
         nodes: Mapping[str, NodeRow],
+        gpus: hostops.NodeGpus,
         jobs: Mapping[str, list[JobHere]],
         throttles: Throttles | None = None,
         urgent: Collection[str] = (),
     ) -> None:
         """Start an observation of every node that is due one and has none running.
+
+        ``nodes`` and their ``gpus`` are :func:`~gctl.services.hostops.read_nodes`'s.
 
         Nodes with opportunistic jobs under rate control get a full look every
         ``control_every`` seconds, carrying their throttle settings; so do the
@@ -307,6 +311,7 @@ class Watch:
                 lease_timeout=self.lease_timeout,
                 began=now(),
                 seq=self.inflight.seq(name),
+                gpus=gpus.get(name, ()),
                 throttles=settings,
             )
             self._running[name] = _Running(future, mono)

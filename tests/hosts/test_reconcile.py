@@ -18,7 +18,6 @@ import pytest
 import testhosts
 from conftest import store_of_hosts
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
 
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.reconcile import Report
@@ -27,7 +26,7 @@ from gctl.daemon.site import Launch, Site
 from gctl.daemon.watch import Observation, Watch
 from gctl.hosts.engine import container_name
 from gctl.hosts.ssh import Pool
-from gctl.services import db, jobs, nodes, specs
+from gctl.services import db, hostops, jobs, nodes, specs
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, NodeRow
 
@@ -50,9 +49,8 @@ def reconcile(site: Site) -> Report:
     watch = Watch(site, inflight, heartbeat_every=60.0, answer_within=30.0, lease_timeout=60.0)
     try:
         with transaction(site.store.engine, write=False) as s:
-            query = select(NodeRow).options(selectinload(NodeRow.gpus))
-            nodes = {r.name: r for r in s.scalars(query)}
-        watch.look(nodes, {})
+            nodes, gpus = hostops.read_nodes(s)
+        watch.look(nodes, gpus, {})
         seen: list[Observation] = []
         while len(seen) < len(nodes):
             seen += watch.collect()

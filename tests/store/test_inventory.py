@@ -8,9 +8,10 @@ import pytest
 from clikit import run
 from storekit import FP, node
 
-from gctl.services import db, nodes
+from gctl.services import db, hostops, nodes
 from gctl.services.errors import ServiceError
 from gctl.services.inventory import InventoryError, read_inventory
+from gctl.store.engine import transaction
 
 OTHER_FP = "SHA256:" + "B" * 43
 
@@ -98,3 +99,18 @@ def test_node_add_file_on_the_command_line(
     assert code == 2 and err.startswith("gctl: error: --file takes every node from the file")
     code, _, err = run("node", "add", "x")
     assert code == 2 and "give NODE and --host" in err
+
+
+def test_the_daemons_read_of_the_nodes_gives_each_its_gpus_in_index_order(
+    store: db.Store, tmp_path: Path
+) -> None:
+    nodes.add_nodes(store, read_inventory(_toml(tmp_path, 3)))
+    nodes.remove_node(store, "gpu02")
+    with transaction(store.engine, write=False) as s:
+        rows, gpus = hostops.read_nodes(s)
+    assert sorted(rows) == sorted(gpus) == ["gpu01", "gpu03"]
+    assert [g.index for g in gpus["gpu03"]] == list(range(8))
+    assert {(g.model, g.memory_mb) for g in gpus["gpu01"]} == {("A100", 81920)}
+    with transaction(store.engine, write=False) as s:
+        [row] = nodes.named_rows(s, ["gpu03"])
+        assert hostops.gpus_of(row) == gpus["gpu03"]  # the same as from loaded GPU rows
