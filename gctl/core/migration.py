@@ -60,7 +60,7 @@ def unpack(state: ClusterState, now: float) -> list[Decision]:
     of its jobs runs at full speed: when the queue has drained (a trace's
     tail), a long job left packed would set the makespan at a fraction of
     its speed. The newer job of the pair moves; the older one keeps its GPUs.
-    Jobs still waiting for GPUs keep them (a move would take what they wait for).
+    Nothing moves while a job waits: a move would take GPUs it waits for.
     """
     out: list[Decision] = []
     if state.pending:
@@ -77,7 +77,7 @@ def unpack(state: ClusterState, now: float) -> list[Decision]:
     packs.sort(key=lambda p: p[:2])
     for _, _, js in packs:
         if state.total_free < js.held:
-            break
+            continue  # a smaller job of a newer pack may still fit
         dst = free_set(state, js.held, span=False, datasets=frozenset(js.spec.datasets))
         if dst is None:
             continue
