@@ -92,7 +92,7 @@ RECORD_EVERY = 0.25
 """Seconds of host actions after which a batch records what it did, while the rest go on."""
 PARALLEL = 32
 """Lanes of host actions carried out at once (see :mod:`gctl.daemon.lanes`)."""
-APPLY_WITHIN = 2.0
+APPLY_WITHIN = 0.5
 """Seconds a pass waits for its placements and freezes before it moves on."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""

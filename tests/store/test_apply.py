@@ -304,9 +304,10 @@ class SlowSite(QuietSite):
 
 
 def test_placements_recorded_out_of_order_never_leave_a_shared_gpu_exclusive(
-    store: db.Store, tmp_path: Path
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pass's starts are recorded as they finish, in any order (found by bench/chaos.py)."""
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 10.0)  # the slow start is recorded in the pass
     node(store, "a1")
     a, b = jobs.submit(store, [req(1)] * 2)
     snap = read(store.engine, now=time.time())
@@ -320,3 +321,33 @@ def test_placements_recorded_out_of_order_never_leave_a_shared_gpu_exclusive(
     assert applied.done == decide[::-1]  # b was recorded first
     with transaction(store.engine, write=False) as s:  # no sync_modes: as a kill -9 leaves it
         assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)
+
+
+def test_a_start_still_running_when_the_pass_moves_on_is_recorded_once_it_ends(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass waits APPLY_WITHIN for its starts, so a slow host does not hold up the tick."""
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    snap = read(store.engine, now=time.time())
+    decide: list[Decision] = [
+        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Place(str(b), (("a1", 1),), ShareMode.EXCLUSIVE, "free GPUs"),
+    ]
+    inflight = Inflight()
+    try:
+        with Pool() as pool:
+            site = SlowSite(store, pool, tmp_path / "mirror", slow=[a])
+            applied = Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+            assert applied.done == decide[1:]  # b recorded by the pass; a still starting
+            assert inflight.busy_jobs == {a} and inflight.busy_gpus == {("a1", 0)}
+            with transaction(store.engine, write=False) as s:
+                assert _gpus(s, a) == []  # never claimed before its container started
+            inflight.wait(10)
+            inflight.collect()
+        with transaction(store.engine, write=False) as s:
+            assert _gpus(s, a) == [("a1", 0, "exclusive")]
+            assert s.get(JobRow, a).state == "RUNNING"
+    finally:
+        inflight.close()
