@@ -43,6 +43,9 @@ class Heartbeat:
     ) -> list[str]:
         """Store what the observations say and which nodes are overdue; nodes newly marked down."""
         answers = {o.node: o for o in seen}
+        # A node fails from its first failed look, not from its last answer: the watchdog
+        # there kills the jobs once the lease that answer renewed is node_timeout old, and
+        # that must happen before they are requeued here (a heartbeat period's margin).
         for name, late in overdue.items():
             self._failing_since.setdefault(name, at - late)
         outages: dict[str, tuple[float, int]] = {}
