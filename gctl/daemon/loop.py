@@ -96,6 +96,9 @@ Held = tuple[int, int, str, str, str, Any, int]
 Arrivals = tuple[int | None, int | None]
 """The newest job id and intent id in the store."""
 
+SLOW_TICK_LOG_EVERY = 60.0
+"""Seconds between two log lines about slow ticks (the metrics count every tick)."""
+
 WAKE_POLL = 0.05
 """Seconds between looks at the store for new jobs and intents while waiting for a tick."""
 STAND_DOWN_WITHIN = 5.0
@@ -226,6 +229,7 @@ class Daemon:
             control_every=cfg.control_every,
         )
         loop = _Loop(self, site, watch, inflight)
+        slow = _SlowTicks(max(1.0, 2 * cfg.tick))
         checked = time.monotonic()
         try:
             if on_ready is not None:
@@ -244,7 +248,9 @@ class Daemon:
                     lease.check_held(store, epoch)
                 seen = _arrivals(store)
                 loop.tick()
-                self.metrics.ticked(time.monotonic() - started)
+                took = time.monotonic() - started
+                self.metrics.ticked(took)
+                slow.note(took, loop.steps)
                 _wait(store, stop, started + cfg.tick, seen)
             loop.stand_down()
         except StoreBroken:
@@ -286,40 +292,46 @@ class _Loop:
         self.throttles = Throttles(control, lease=lease_s) if control is not None else None
         self.balancer = Balancer(self.cfg.batching)
         self.guard = MemoryGuard(self.cfg.gpu_mem_grace)
+        self.steps = _Steps()
 
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
         cfg, at, site, watch = self.cfg, now(), self.site, self.watch
+        self.steps = _Steps()
+        began = time.monotonic()
         nodes, gpus, jobs = self._nodes_and_jobs()
         self._nodes = nodes
         watch.look(nodes, gpus, jobs, self.throttles, self.guard.nodes())
+        self.steps.took["look"] = time.monotonic() - began
         seen = watch.collect()
         over = self.guard.check(seen)
         if over:
-            _step("gpu-mem", lambda: gpumem.stop(site, over, self.inflight))
+            self.steps.run("gpu-mem", lambda: gpumem.stop(site, over, self.inflight))
         throttles = self.throttles
         if throttles is not None:
             throttles.feed(seen)
-            _step("throttle", lambda: throttles.record(site.store))
+            self.steps.run("throttle", lambda: throttles.record(site.store))
             self.daemon.metrics.throttled(throttles.gauges())
         overdue = watch.overdue()
-        _step("heartbeat", lambda: self.heartbeat.record(site, seen, overdue, at))
+        self.steps.run("heartbeat", lambda: self.heartbeat.record(site, seen, overdue, at))
         if any(o.full and o.error is None for o in seen):
-            _step("profile", lambda: passes.record_profiles(site, seen, watch.samples))
-        _step("ends", lambda: ends.settle(site, watch.latest, self.inflight))
-        _step("time-limits", self._time_limits)
+            self.steps.run("profile", lambda: passes.record_profiles(site, seen, watch.samples))
+        self.steps.run("ends", lambda: ends.settle(site, watch.latest, self.inflight))
+        self.steps.run("time-limits", self._time_limits)
         self.inflight.collect()
         if at >= self.due["reconcile"]:
             self.due["reconcile"] = at + cfg.reconcile_every
-            _step("reconcile", lambda: reconcile(site, watch, self.inflight))
+            self.steps.run("reconcile", lambda: reconcile(site, watch, self.inflight))
             self._learn_caches()
         elif watch.unreconciled:
-            _step("reconcile", lambda: reconcile(site, watch, self.inflight, watch.unreconciled))
-        _step("intents", lambda: intents.carry_out(site, self.inflight))
+            self.steps.run(
+                "reconcile", lambda: reconcile(site, watch, self.inflight, watch.unreconciled)
+            )
+        self.steps.run("intents", lambda: intents.carry_out(site, self.inflight))
         decided = self.daemon.metrics.decided
         if watch.settling or self._reading_caches(at):  # the first looks come first
             return
-        _step(
+        self.steps.run(
             "reactive",
             lambda: passes.reactive_pass(
                 site, self.daemon.policy, now(), decided, self.inflight, watch.blocked
@@ -327,13 +339,13 @@ class _Loop:
         )
         if at >= self.due["introspect"]:
             self.due["introspect"] = at + cfg.introspect_every
-            _step(
+            self.steps.run(
                 "introspect",
                 lambda: passes.introspective_pass(
                     site, self.daemon.policy, now(), decided, self.inflight, watch.blocked
                 ),
             )
-            _step("balance", self._balance)
+            self.steps.run("balance", self._balance)
         if at >= self.due["prune"]:
             self.due["prune"] = at + PRUNE_EVERY
             self._prune(at)
@@ -379,7 +391,9 @@ class _Loop:
             )
         days = site.policy.events_keep_days
         if days > 0:
-            _step("prune-events", lambda: events.prune_before(site.store, at - days * 86400))
+            self.steps.run(
+                "prune-events", lambda: events.prune_before(site.store, at - days * 86400)
+            )
 
     def _time_limits(self) -> None:
         """Stop the running jobs past their ``--time`` (:mod:`gctl.daemon.timelimits`)."""
@@ -511,19 +525,64 @@ def _wait(store: Store, stop: threading.Event, until: float, seen: Arrivals) -> 
             return
 
 
-def _step(name: str, step: Callable[[], object]) -> None:
-    """Run one step; a failure is logged and the loop goes on (the next tick retries).
+class _Steps:
+    """One tick's steps: each run so that its failure is logged and the loop goes on.
 
-    Losing the lease is not a step's failure: it stops the daemon.
+    Losing the lease is not a step's failure: it stops the daemon. How long
+    each step took is kept, for the log line of a slow tick.
     """
-    try:
-        step()
-    except lease.Fenced:
-        raise
-    except OperationalError as exc:
-        # The store went away or ended the session (a PostgreSQL timeout, a restart): the
-        # next tick's lease renewal tells whether the daemon may go on; no traceback helps.
-        said = str(exc.orig).strip().splitlines()
-        log.warning("%s step failed: store: %s", name, said[0] if said else type(exc.orig).__name__)
-    except Exception:  # the loop must outlive any one step; the traceback goes to the log
-        log.exception("%s step failed", name)
+
+    def __init__(self) -> None:
+        """No step run yet."""
+        self.took: dict[str, float] = defaultdict(float)
+
+    def run(self, name: str, step: Callable[[], object]) -> None:
+        """Run one step; a failure is logged and the loop goes on (the next tick retries)."""
+        began = time.monotonic()
+        try:
+            step()
+        except lease.Fenced:
+            raise
+        except OperationalError as exc:
+            # The store went away or ended the session (a PostgreSQL timeout, a restart): the
+            # next tick's lease renewal tells whether the daemon may go on; no traceback helps.
+            said = str(exc.orig).strip().splitlines()
+            log.warning(
+                "%s step failed: store: %s", name, said[0] if said else type(exc.orig).__name__
+            )
+        except Exception:  # the loop must outlive any one step; the traceback goes to the log
+            log.exception("%s step failed", name)
+        finally:
+            self.took[name] += time.monotonic() - began
+
+    def slowest(self, count: int = 3) -> str:
+        """The ``count`` steps that took longest, as ``reactive 2.10s, ends 0.40s``."""
+        ranked = sorted(self.took.items(), key=lambda kv: -kv[1])[:count]
+        return ", ".join(f"{name} {seconds:.2f}s" for name, seconds in ranked)
+
+
+class _SlowTicks:
+    """Logs ticks longer than ``limit`` seconds with their slowest steps, once a minute at most."""
+
+    def __init__(self, limit: float) -> None:
+        """None seen yet."""
+        self.limit = limit
+        self.count = 0
+        self.quiet_until = 0.0
+
+    def note(self, took: float, steps: _Steps) -> None:
+        """Count a tick of ``took`` seconds; log it when slow and the last line is old enough."""
+        if took <= self.limit:
+            return
+        self.count += 1
+        mono = time.monotonic()
+        if mono < self.quiet_until:
+            return
+        log.warning(
+            "slow tick: %.2fs (%d over %gs since the last such line); slowest steps: %s",
+            took,
+            self.count,
+            self.limit,
+            steps.slowest(),
+        )
+        self.count, self.quiet_until = 0, mono + SLOW_TICK_LOG_EVERY

@@ -42,6 +42,10 @@ from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow, now
 from gctl.store.snapshot import MECHANISM_FREEZE
 
+CHUNK = 50
+"""Nodes reconciled in one write transaction: one lease check and one commit for all of them
+(one transaction per node took 2.8 s of a tick at 100 nodes on PostgreSQL)."""
+
 
 @dataclass
 class Report:
@@ -81,66 +85,84 @@ def reconcile(
             gpus=gpus,
         )
         out.moves_resumed.append(job_id)
+    todo: list[tuple[NodeRow, list[ContainerState]]] = []
     for name in sorted(watch.latest if names is None else names):
         seen = watch.trusted(name)
-        if seen is None or name not in nodes:
-            continue
-        _node(site, inflight, nodes[name], list(seen.containers), out)
-        watch.unreconciled.discard(name)
-        out.nodes.append(name)
+        if seen is not None and name in nodes:
+            todo.append((nodes[name], list(seen.containers)))
+    for first in range(0, len(todo), CHUNK):
+        chunk = todo[first : first + CHUNK]
+        with transaction(site.store.engine, write=True) as s:
+            held = _held_on(s, [node.id for node, _ in chunk])
+            ids = {c.job_id for _, found in chunk for c in found if c.job_id is not None}
+            ids.update(job_id for jobs in held.values() for job_id in jobs)
+            s.scalars(select(JobRow).where(JobRow.id.in_(sorted(ids)))).all()  # s.get's, at once
+            for node, found in chunk:
+                _node(site, inflight, s, node, found, held.get(node.id, {}), out)
+        for node, _ in chunk:
+            watch.unreconciled.discard(node.name)
+            out.nodes.append(node.name)
     return out
 
 
 def _node(
-    site: Site, inflight: Inflight, node: NodeRow, containers: list[ContainerState], out: Report
+    site: Site,
+    inflight: Inflight,
+    s: Session,
+    node: NodeRow,
+    containers: list[ContainerState],
+    held: dict[int, str],
+    out: Report,
 ) -> None:
+    """Reconcile one node's ``containers`` with the jobs ``held`` on its GPUs, in ``s``."""
     busy = inflight.busy_jobs
-    with transaction(site.store.engine, write=True) as s:
-        held = _held_here(s, node)
-        present: set[int] = set()
-        for c in containers:
-            job_id = c.job_id
-            if job_id in busy:
-                continue
-            row = s.get(JobRow, job_id) if job_id is not None else None
-            if row is None or c.attempt != row.attempt or row.op is not None:
-                if row is None or row.op is None:
-                    _remove(site, inflight, node, c, out)
-                continue
-            if row.id in held:
-                present.add(row.id)
-                if c.exit_code is not None:
-                    continue  # ended: gctl.daemon.ends records it
-                if row.state == "RUNNING" and c.paused:
-                    _act(site, inflight, node, c, "unpause")
-                    out.thawed.append(row.id)
-                elif row.state == "SUSPENDED" and not c.paused:
-                    _act(site, inflight, node, c, "pause")
-                    out.frozen.append(row.id)
-            elif row.state == "PENDING" and c.running and _adopt(s, node, row, c):
-                present.add(row.id)
-                out.adopted.append(row.id)
-            else:
+    present: set[int] = set()
+    for c in containers:
+        job_id = c.job_id
+        if job_id in busy:
+            continue
+        row = s.get(JobRow, job_id) if job_id is not None else None
+        if row is None or c.attempt != row.attempt or row.op is not None:
+            if row is None or row.op is None:
                 _remove(site, inflight, node, c, out)
-        for job_id, state in held.items():
-            if job_id not in present and job_id not in busy and state == "RUNNING":
-                row = s.get(JobRow, job_id)
-                assert row is not None
-                if row.op is None:
-                    _restart(site, inflight, s, row)
-                    out.restarted.append(job_id)
+            continue
+        if row.id in held:
+            present.add(row.id)
+            if c.exit_code is not None:
+                continue  # ended: gctl.daemon.ends records it
+            if row.state == "RUNNING" and c.paused:
+                _act(site, inflight, node, c, "unpause")
+                out.thawed.append(row.id)
+            elif row.state == "SUSPENDED" and not c.paused:
+                _act(site, inflight, node, c, "pause")
+                out.frozen.append(row.id)
+        elif row.state == "PENDING" and c.running and _adopt(s, node, row, c):
+            present.add(row.id)
+            out.adopted.append(row.id)
+        else:
+            _remove(site, inflight, node, c, out)
+    for job_id, state in held.items():
+        if job_id not in present and job_id not in busy and state == "RUNNING":
+            row = s.get(JobRow, job_id)
+            assert row is not None
+            if row.op is None:
+                _restart(site, inflight, s, row)
+                out.restarted.append(job_id)
 
 
-def _held_here(s: Session, node: NodeRow) -> dict[int, str]:
-    """Jobs holding GPUs of ``node``, with their state."""
+def _held_on(s: Session, node_ids: list[int]) -> dict[int, dict[int, str]]:
+    """By node id, the jobs holding GPUs of each of ``node_ids``, with their state."""
     rows = s.execute(
-        select(JobRow.id, JobRow.state)
+        select(GpuRow.node_id, JobRow.id, JobRow.state)
         .join(AllocationRow, AllocationRow.job_id == JobRow.id)
         .join(GpuRow, GpuRow.id == AllocationRow.gpu_id)
-        .where(GpuRow.node_id == node.id)
+        .where(GpuRow.node_id.in_(node_ids))
         .distinct()
     ).all()
-    return {job_id: state for job_id, state in rows}
+    out: dict[int, dict[int, str]] = {}
+    for node_id, job_id, state in rows:
+        out.setdefault(node_id, {})[job_id] = state
+    return out
 
 
 def _gpus(node: NodeRow, c: ContainerState) -> list[GpuRef]:

@@ -1,14 +1,18 @@
-"""A daemon step's failure: logged, never fatal; a lost store says one line, a bug its traceback."""
+"""A daemon step's failure: logged, never fatal; a lost store says one line, a bug its traceback.
+
+And a slow tick says which of its steps took the time.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from gctl.daemon.loop import _step
+from gctl.daemon.loop import _SlowTicks, _Steps
 
 
 def _unreachable_store(tmp_path: Path) -> None:
@@ -21,7 +25,7 @@ def test_a_step_whose_store_went_away_logs_one_line_without_a_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="gctl.daemon"):
-        _step("ends", lambda: _unreachable_store(tmp_path))
+        _Steps().run("ends", lambda: _unreachable_store(tmp_path))
     [record] = caplog.records
     assert record.exc_info is None
     assert record.getMessage() == "ends step failed: store: unable to open database file"
@@ -34,7 +38,29 @@ def test_any_other_failure_of_a_step_is_logged_with_its_traceback(
         raise KeyError("job 7")
 
     with caplog.at_level(logging.WARNING, logger="gctl.daemon"):
-        _step("intents", broken)
+        _Steps().run("intents", broken)
     [record] = caplog.records
     assert record.exc_info is not None and record.exc_info[0] is KeyError
     assert record.getMessage() == "intents step failed"
+
+
+def test_a_slow_tick_names_its_slowest_steps_once_a_minute_at_most(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    steps = _Steps()
+    steps.run("heartbeat", lambda: time.sleep(0.01))
+    steps.run("reactive", lambda: time.sleep(0.2))
+    steps.run("ends", lambda: time.sleep(0.05))
+    steps.run("ends", lambda: time.sleep(0.05))  # a step run twice adds up
+    steps.run("intents", lambda: None)
+    slow = _SlowTicks(limit=1.0)
+    with caplog.at_level(logging.WARNING, logger="gctl.daemon"):
+        slow.note(0.9, steps)  # not slow
+        slow.note(2.5, steps)
+        slow.note(3.0, steps)  # slow too, but within the minute: counted, not logged
+    [record] = caplog.records
+    message = record.getMessage()
+    assert message.startswith("slow tick: 2.50s (1 over 1s since the last such line)")
+    named = message.split("slowest steps: ")[1].split(", ")
+    assert [n.split()[0] for n in named] == ["reactive", "ends", "heartbeat"]
+    assert slow.count == 1
