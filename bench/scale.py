@@ -173,7 +173,9 @@ def _submit_to_running(store: db.Store, ids: list[int], within: float) -> dict[i
                     .group_by(JobStateRow.job_id)
                 ).all()
             )
-            submitted = dict(s.execute(select(JobRow.id, JobRow.submit_time)).all())
+            submitted = dict(
+                s.execute(select(JobRow.id, JobRow.submit_time).where(JobRow.id.in_(ids))).all()
+            )
         if len(first) == len(ids) or time.monotonic() > end:
             return {j: first[j] - submitted[j] for j in ids if j in first}
         time.sleep(1.0)

@@ -115,20 +115,23 @@ def observe(
     try:
         target = hostops.target(row)
         home = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in jobs if j.home}
-        extras: dict[str, Any] = {"docker": hostops.docker_argv(row)}
+        docker = hostops.docker_argv(row)
+        # One round trip: the agent lists the containers, then reads every report.
+        request: dict[str, Any] = {
+            "docker": docker,
+            "dirs": list(home.values()),
+            "containers": {"labels": owned_labels(site.store_id, row.name)},
+        }
         if full:
-            extras["lease"] = {
+            request["lease"] = {
                 "dir": hostops.agent_dir(row, site.store_id),
                 "store": site.store_id,
                 "node": row.name,
                 "timeout": lease_timeout,
-                "docker": hostops.docker_argv(row),
+                "docker": docker,
             }
             if throttles:
-                extras["throttles"] = throttles
-        # One round trip: the agent lists the containers, then reads every report.
-        request = {**extras, "dirs": list(home.values())}
-        request["containers"] = {"labels": owned_labels(site.store_id, row.name)}
+                request["throttles"] = throttles
         got = site.agents.ask(target, "observe", request, site.pool.command_timeout)
         listing = got.get("containers")
         if isinstance(listing, dict):
@@ -148,7 +151,7 @@ def observe(
         dirs = {j.job_id: home[j.job_id] for j in asked}
         summaries = got.get("reports") or {}
         if not isinstance(listing, dict) and dirs:  # read before that listing: read again
-            again = {"docker": extras["docker"], "dirs": list(dirs.values())}
+            again = {"docker": docker, "dirs": list(dirs.values())}
             reread = site.agents.ask(target, "observe", again, site.pool.command_timeout)
             summaries = reread.get("reports") or {}
         reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
