@@ -229,8 +229,9 @@ def test_zsh_completes_a_command_on_the_first_tab(tmp_path: Path) -> None:
 
 
 def test_zsh_lists_options_with_their_help(tmp_path: Path) -> None:
-    seen = _zsh(tmp_path, b"gctl submit --gp\x04", until=b"GPU memory needed")
-    assert b"--gpus" in seen and b"GPUs the job needs." in seen
+    # zsh lists --gpu-mem before --gpus, and may write the two lines in separate reads.
+    seen = _zsh(tmp_path, b"gctl submit --gp\x04", until=b"GPUs the job needs.")
+    assert b"--gpu-mem" in seen and b"GPU memory needed" in seen and b"--gpus" in seen
 
 
 @pytest.mark.parametrize(
