@@ -25,9 +25,10 @@ periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
   marked down, against ``--node-timeout`` (default 20 s here).
 
 Prints one row per N. Needs root; uses its own hosts (never the test
-hosts). GPUs are emulated. On a small machine the hosts' own work (an
-``ssh`` session and a ``python3`` per look) shares the daemon's cores, so
-the figures are an upper bound of what the daemon needs.
+hosts). GPUs are emulated. On a small machine the hosts' own work (sshd,
+agent and watchdog per host, the engines and the jobs) shares the daemon's
+cores, at nice 19 (``scalehosts.sh``), so the daemon gets the CPU first,
+and the heartbeat round includes how long the starved hosts take to answer.
 
 Run: ``.venv/bin/python bench/scale.py [--hosts 10,100,300] [--postgres]``
 """
@@ -290,7 +291,9 @@ def main() -> None:
     parser.add_argument("--freeze", type=int, default=0)
     parser.add_argument("--node-timeout", type=float, default=20.0)
     parser.add_argument("--postgres", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="leave the hosts running")
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the hosts running, and the store and logs"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gctl-scale-"))
     args.db_url = None
@@ -317,9 +320,11 @@ def main() -> None:
     finally:
         if args.postgres:
             subprocess.run([TESTPG, "stop", str(tmp / "pg")], capture_output=True)
-        if not args.keep:
+        if args.keep:
+            print(f"kept: the hosts, and the daemon logs and SQLite stores in {tmp}", file=sys.stderr)
+        else:
             subprocess.run([HARNESS, "stop"], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

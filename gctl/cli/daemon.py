@@ -162,6 +162,7 @@ def daemon(
     from gctl.daemon.batching import BatchOptions
     from gctl.daemon.loop import Daemon, DaemonConfig
     from gctl.daemon.output import OutputOptions
+    from gctl.hosts.ssh import raise_open_files
     from gctl.services.specs import parse_size_mb
 
     for value, flag in (
@@ -208,6 +209,7 @@ def daemon(
     # timeout); the daemon reports each such host in one line, and -v shows more.
     for name in ("paramiko", "paramiko.transport"):  # the latter is quiet from its import on
         logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    raise_open_files()
     counters = daemon_metrics.DaemonMetrics(st)
     server = None
     if metrics:

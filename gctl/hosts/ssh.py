@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 import select
 import shlex
 import socket
@@ -415,12 +416,15 @@ class Pool:
 def _collect(channel: paramiko.Channel, deadline: float) -> Result:
     """Read stdout and stderr as they come until the command exits or the deadline passes."""
     out, err = bytearray(), bytearray()
-    fd = channel.fileno()  # readable on stdout or stderr data, and for good after EOF
+    # The channel's fd is readable on stdout or stderr data, and for good after EOF. poll,
+    # not select: with a connection per node a daemon's fds pass select's limit of 1,024.
+    ready = select.poll()
+    ready.register(channel.fileno(), select.POLLIN)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
-        select.select([fd], [], [], left)
+        ready.poll(left * 1000.0)
         while channel.recv_ready():
             out += channel.recv(65536)
         while channel.recv_stderr_ready():
@@ -433,6 +437,20 @@ def _collect(channel: paramiko.Channel, deadline: float) -> Result:
             while chunk := channel.recv_stderr(65536):
                 err += chunk
             return Result(channel.recv_exit_status(), bytes(out), bytes(err))
+
+
+def raise_open_files() -> int:
+    """Raise this process's soft limit of open files to its hard limit; the limit now.
+
+    A daemon holds a connection per node and a pipe per command in flight:
+    a thousand nodes pass the soft limit many systems start a service with
+    (1,024), as Go's runtime and nginx know.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and hard != resource.RLIM_INFINITY:  # the kernel refuses infinite ones
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return soft
 
 
 def _why(exc: BaseException) -> str:

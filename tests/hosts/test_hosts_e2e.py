@@ -22,7 +22,14 @@ from sqlalchemy import select
 from gctl.daemon import jobfiles
 from gctl.hosts.engine import ContainerSpec, Engine, host_config
 from gctl.hosts.mounts import Mount
-from gctl.hosts.ssh import CommandTimeout, HostError, HostKeyMismatch, Pool, Target
+from gctl.hosts.ssh import (
+    CommandTimeout,
+    HostError,
+    HostKeyMismatch,
+    Pool,
+    Target,
+    raise_open_files,
+)
 from gctl.services import db, hostops
 from gctl.store.engine import transaction
 from gctl.store.identity import store_id
@@ -180,6 +187,24 @@ def test_text_arrives_byte_for_byte(host_store: db.Store, pool: Pool) -> None:
     engine.remove(cid)
     echo = pool.run(engine.target, ["printf", "%s\n", *TRICKY])
     assert echo.rc == 0 and echo.stdout.decode() == "".join(t + "\n" for t in TRICKY)
+
+
+def test_a_command_runs_while_the_process_holds_more_than_1024_descriptors(
+    host_store: db.Store, pool: Pool
+) -> None:
+    """A daemon holds a connection per node: its command's channel gets a descriptor past
+    1,024, which select() refuses."""
+    engine, _ = _engine(host_store, pool, "h1")
+    assert pool.run(engine.target, ["true"]).rc == 0  # connected before the descriptors go
+    assert raise_open_files() > 1100
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) >= 1024
+        echo = pool.run(engine.target, ["echo", "past 1024"])
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert echo.rc == 0 and echo.stdout == b"past 1024\n"
 
 
 def test_stopped_sshd_is_reported_while_the_other_host_works(host_store: db.Store) -> None:
