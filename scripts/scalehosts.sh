@@ -14,10 +14,14 @@
 # the test image loaded), started under DIR/engines on port PORT+1, and host sI uses
 # engine h((I-1) % ENGINES + 1): gctl tells the nodes of one engine apart by its
 # container labels. Hosts share one SSH host key (DIR/ssh_host_ed25519_key) and the
-# engines' client key; each has its own work directory (DIR/sI/work). Everything the
-# hosts run (sshd, sessions, agents, watchdogs, engines, containers) runs at nice 19: on a
-# real cluster none of it shares the daemon's cores, so here it takes only what the daemon
-# leaves (the hosts' answers, not the daemon, slow down when the machine is short of CPU).
+# engines' client key; each has its own work directory (DIR/sI/work).
+#
+# What the hosts run (sshd, sessions, agents, watchdogs, engines; not the jobs' containers,
+# in Docker's own cgroups) runs in a CPU cgroup of least weight, named as DIR: on a real
+# cluster none of it shares the daemon's cores, so here it takes what the daemon leaves
+# (the hosts' answers, not the daemon, slow down when the machine is short of CPU). Nice
+# would not do it: every SSH session is a session of its own, and the kernel's autogroups
+# share the CPU fairly between sessions whatever their nice.
 #
 # State lives in DIR=${GCTL_SCALEHOSTS_DIR:-/tmp/gctl-scalehosts}; PORT is
 # ${GCTL_SCALEHOSTS_PORT:-2322}. Needs root. Cost, measured on this project's 2-core CI
@@ -29,12 +33,12 @@ DIR=${GCTL_SCALEHOSTS_DIR:-/tmp/gctl-scalehosts}
 DIR=${DIR%/}
 PORT=${GCTL_SCALEHOSTS_PORT:-2322}
 MAX_HOSTS=2000
-NICE=19 # what the hosts run yields the CPU to the daemon, as if on machines of their own
 [[ $DIR =~ ^/[A-Za-z0-9._+/-]+$ && $DIR != *..* && ${#DIR} -le 40 ]] ||
   { echo "scalehosts: error: GCTL_SCALEHOSTS_DIR must be a short absolute path" >&2; exit 1; }
 [[ $PORT =~ ^[0-9]+$ && $PORT -ge 1024 && $PORT -lt 65535 ]] ||
   { echo "scalehosts: error: GCTL_SCALEHOSTS_PORT must be 1024..65534" >&2; exit 1; }
 ENGINES_DIR=$DIR/engines
+CG_NAME=${DIR##*/} # the cgroup's name: the state dir's, so two harnesses keep apart
 
 log() { printf 'scalehosts: %s\n' "$*" >&2; }
 die() {
@@ -79,6 +83,22 @@ SetEnv DOCKER_HOST=unix://$ENGINES_DIR/h$engine/docker.sock SHLVL=1
 EOF
 }
 
+# The CPU cgroup of least weight the hosts run in (cgroup v2's cpu.weight 1, v1's
+# cpu.shares 2), made if need be; its path. Fails where there is no cgroup to make.
+host_cgroup() {
+  local cg
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    cg=/sys/fs/cgroup/$CG_NAME
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
+      echo +cpu >/sys/fs/cgroup/cgroup.subtree_control || return 1
+    mkdir -p "$cg" && echo 1 >"$cg/cpu.weight" || return 1
+  else
+    cg=/sys/fs/cgroup/cpu/$CG_NAME
+    [ -d "${cg%/*}" ] && mkdir -p "$cg" && echo 2 >"$cg/cpu.shares" || return 1
+  fi 2>/dev/null
+  printf '%s' "$cg"
+}
+
 cmd_start() {
   local n=$1 e=$2 i started=0
   [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le $MAX_HOSTS ]] || die "N must be 1..$MAX_HOSTS"
@@ -89,24 +109,25 @@ cmd_start() {
   fi
   mkdir -p "$DIR"
   log "starting $e engine(s) under $ENGINES_DIR"
-  testhosts start "$e" >/dev/null
+  local cg
+  cg=$(host_cgroup) || log "warning: no CPU cgroup of its own: the hosts share the CPU with the daemon"
   echo "$e" >"$DIR/engines.count"
-  local j
-  for j in $(seq 1 "$e"); do # new containers inherit it from containerd
-    # shellcheck disable=SC2046 # pids
-    renice -n "$NICE" -p $(tree "$(cat "$ENGINES_DIR/h$j/docker.pid")") >/dev/null
-  done
   [ -f "$DIR/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$DIR/ssh_host_ed25519_key"
   echo "$n" >"$DIR/count"
   mkdir -p /run/sshd
   local began=$SECONDS
-  for i in $(seq 1 "$n"); do
-    sshd_pid "$i" >/dev/null && continue
-    write_config "$i" $(((i - 1) % e + 1))
-    setsid -f nice -n "$NICE" /usr/sbin/sshd -f "$DIR/s$i/sshd_config" -E "$DIR/s$i/sshd.log" </dev/null \
-      >/dev/null 2>&1
-    started=$((started + 1))
-  done
+  started=$(
+    [ -z "$cg" ] || echo "$BASHPID" >"$cg/cgroup.procs" # what starts here inherits it
+    testhosts start "$e" >/dev/null || exit 1
+    for i in $(seq 1 "$n"); do
+      sshd_pid "$i" >/dev/null && continue
+      write_config "$i" $(((i - 1) % e + 1))
+      setsid -f /usr/sbin/sshd -f "$DIR/s$i/sshd_config" -E "$DIR/s$i/sshd.log" </dev/null \
+        >/dev/null 2>&1
+      started=$((started + 1))
+    done
+    echo "$started"
+  )
   for i in $(seq 1 "$n"); do # every host answers before we say so
     local tries=0
     until (exec 5<>"/dev/tcp/$(addr "$i")/$PORT") 2>/dev/null; do
@@ -158,6 +179,7 @@ cmd_stop() {
   pkill -KILL -f "sshd -f $DIR/s[0-9]+/sshd_config" 2>/dev/null || true
   [ ! -d "$ENGINES_DIR" ] || testhosts stop
   rm -rf -- "$DIR"
+  rmdir "/sys/fs/cgroup/$CG_NAME" "/sys/fs/cgroup/cpu/$CG_NAME" 2>/dev/null || true
 }
 
 case "${1:-}" in

@@ -46,9 +46,23 @@ def light() -> Iterator[dict[str, Any]]:
         _harness("stop")
 
 
-def _sshd_count() -> int:
+def _sshd_pids() -> list[int]:
     found = subprocess.run(["pgrep", "-f", f"sshd -f {DIR}/s"], capture_output=True, text=True)
-    return len(found.stdout.split())
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def _sshd_count() -> int:
+    return len(_sshd_pids())
+
+
+_CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/cpu")
+
+
+def _cpu_cgroup(pid: int) -> str:
+    """Process ``pid``'s cgroup in the hierarchy that has the CPU controller (v1), else v2's."""
+    lines = [ln.split(":", 2) for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    v1 = [path for _, controllers, path in lines if "cpu" in controllers.split(",")]
+    return v1[0] if v1 else next(path for hid, _, path in lines if hid == "0")
 
 
 def test_light_hosts_answer_as_nodes_hang_when_frozen_and_stop_without_a_trace(
@@ -59,6 +73,9 @@ def test_light_hosts_answer_as_nodes_hang_when_frozen_and_stop_without_a_trace(
     assert len({h["host"] for h in hosts}) == 3  # an address each
     assert {h["docker_host"] for h in hosts} == {f"unix://{DIR}/engines/h1/docker.sock"}
     assert _sshd_count() == 3
+    # the hosts take only the CPU the daemon leaves: a cgroup of their own, of least weight
+    cgroups = {_cpu_cgroup(pid) for pid in _sshd_pids()}
+    assert cgroups == {f"/{Path(DIR).name}"}
     store = db.connect(str(tmp_path / "gctl.db"))
     db.upgrade(store)
     for h in hosts:
@@ -85,3 +102,4 @@ def test_light_hosts_answer_as_nodes_hang_when_frozen_and_stop_without_a_trace(
         assert all(p.responding for p in probe.probe(store, pool=pool))
     _harness("stop")
     assert _sshd_count() == 0 and not Path(DIR).exists()
+    assert not any(Path(root, Path(DIR).name).exists() for root in _CGROUP_ROOTS)
