@@ -17,11 +17,11 @@
 # engines' client key; each has its own work directory (DIR/sI/work).
 #
 # What the hosts run (sshd, sessions, agents, watchdogs, engines; not the jobs' containers,
-# in Docker's own cgroups) runs in a CPU cgroup of least weight, named as DIR: on a real
-# cluster none of it shares the daemon's cores, so here it takes what the daemon leaves
-# (the hosts' answers, not the daemon, slow down when the machine is short of CPU). Nice
-# would not do it: every SSH session is a session of its own, and the kernel's autogroups
-# share the CPU fairly between sessions whatever their nice.
+# in Docker's own cgroups) runs in one CPU cgroup of default weight, named as DIR: all the
+# hosts together weigh as much as the daemon's session, which keeps about half the machine
+# when both want more. Without it, every SSH session is a session of its own, and the
+# kernel's autogroups share the CPU fairly between sessions (whatever their nice): a
+# thousand hosts' sessions would leave the daemon a thousandth.
 #
 # State lives in DIR=${GCTL_SCALEHOSTS_DIR:-/tmp/gctl-scalehosts}; PORT is
 # ${GCTL_SCALEHOSTS_PORT:-2322}. Needs root. Cost, measured on this project's 2-core CI
@@ -83,18 +83,18 @@ SetEnv DOCKER_HOST=unix://$ENGINES_DIR/h$engine/docker.sock SHLVL=1
 EOF
 }
 
-# The CPU cgroup of least weight the hosts run in (cgroup v2's cpu.weight 1, v1's
-# cpu.shares 2), made if need be; its path. Fails where there is no cgroup to make.
+# The CPU cgroup the hosts run in (default weight: cgroup v2's cpu.weight 100, v1's
+# cpu.shares 1024), made if need be; its path. Fails where there is no cgroup to make.
 host_cgroup() {
   local cg
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
     cg=/sys/fs/cgroup/$CG_NAME
     grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
       echo +cpu >/sys/fs/cgroup/cgroup.subtree_control || return 1
-    mkdir -p "$cg" && echo 1 >"$cg/cpu.weight" || return 1
+    mkdir -p "$cg" && echo 100 >"$cg/cpu.weight" || return 1
   else
     cg=/sys/fs/cgroup/cpu/$CG_NAME
-    [ -d "${cg%/*}" ] && mkdir -p "$cg" && echo 2 >"$cg/cpu.shares" || return 1
+    [ -d "${cg%/*}" ] && mkdir -p "$cg" && echo 1024 >"$cg/cpu.shares" || return 1
   fi 2>/dev/null
   printf '%s' "$cg"
 }

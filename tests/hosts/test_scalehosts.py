@@ -73,7 +73,7 @@ def test_light_hosts_answer_as_nodes_hang_when_frozen_and_stop_without_a_trace(
     assert len({h["host"] for h in hosts}) == 3  # an address each
     assert {h["docker_host"] for h in hosts} == {f"unix://{DIR}/engines/h1/docker.sock"}
     assert _sshd_count() == 3
-    # the hosts take only the CPU the daemon leaves: a cgroup of their own, of least weight
+    # all the hosts' processes in one cgroup, which weighs as much as the daemon's session
     cgroups = {_cpu_cgroup(pid) for pid in _sshd_pids()}
     assert cgroups == {f"/{Path(DIR).name}"}
     store = db.connect(str(tmp_path / "gctl.db"))
