@@ -321,7 +321,7 @@ def main() -> None:
         if args.postgres:
             subprocess.run([TESTPG, "stop", str(tmp / "pg")], capture_output=True)
         if args.keep:
-            print(f"kept: the hosts, and the daemon logs and SQLite stores in {tmp}", file=sys.stderr)
+            print(f"kept: the hosts, and the logs and SQLite stores in {tmp}", file=sys.stderr)
         else:
             subprocess.run([HARNESS, "stop"], capture_output=True)
             shutil.rmtree(tmp, ignore_errors=True)
