@@ -27,8 +27,9 @@ periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
 Prints one row per N. Needs root; uses its own hosts (never the test
 hosts). GPUs are emulated. On a small machine the hosts' own work (sshd,
 agent and watchdog per host, the engines and the jobs) shares the daemon's
-cores, at nice 19 (``scalehosts.sh``), so the daemon gets the CPU first,
-and the heartbeat round includes how long the starved hosts take to answer.
+cores: all the hosts together weigh as much as the daemon (one CPU cgroup,
+``scalehosts.sh``), and the figures include how long the hosts, short of
+CPU, take to answer and to start containers.
 
 Run: ``.venv/bin/python bench/scale.py [--hosts 10,100,300] [--postgres]``
 """
