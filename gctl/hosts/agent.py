@@ -258,11 +258,14 @@ def _own_code() -> bytes:
 
 
 def _run_compiled(mode: str) -> None:
-    """Replace this process (sent as source) by ``mode`` run from :func:`_own_code`.
+    """Replace this process, when sent as source, by ``mode`` run from :func:`_own_code`.
 
-    Through a memory file, never one on disk; where there is none, this
-    process just goes on. Only before anything is read from stdin.
+    Through a memory file, never one on disk; where there is none (or this
+    process already runs compiled), it just goes on. Only before anything is
+    read from stdin.
     """
+    if sys.argv[0] != "-c" or not sys.executable:
+        return
     try:
         fd = os.memfd_create("gctl-agent.pyc", 0)  # inherited across exec
     except (AttributeError, OSError):
@@ -349,10 +352,11 @@ def _engine_get(sock: str, path: str) -> Any:
         raise ValueError(f"{what}: not an HTTP answer: {head[:200]!r}")
     if b"\r\ntransfer-encoding:" in head.lower():
         raise ValueError(f"{what}: a chunked answer to an HTTP/1.0 request")
-    if int(status[1]) == 404:
+    code = int(status[1])
+    if code == 404:
         return None
-    if int(status[1]) != 200:
-        raise ValueError(f"{what}: {int(status[1])} {body[:200]!r}")
+    if code != 200:
+        raise ValueError(f"{what}: {code} {body[:200]!r}")
     return json.loads(body)
 
 
@@ -849,8 +853,7 @@ MODES = {
 
 def serve() -> None:
     """The ``serve`` mode (module docstring): requests by line until stdin ends."""
-    if sys.argv[0] == "-c" and sys.executable:
-        _run_compiled("serve")
+    _run_compiled("serve")
     while True:
         line = sys.stdin.readline()
         if not line:
