@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from gctl.core import memory, placement
 from gctl.core.decisions import Decision, Place, Queue, Requeue
 from gctl.core.model import GpuRef, JobStatus, ShareMode
-from gctl.core.policy import Policy, Waking
+from gctl.core.policy import Policy, Steady, Waking
 from gctl.core.state import ClusterState, GroupKey, JobState
 
 _QUEUED = "queued: opportunistic"
@@ -215,6 +215,10 @@ class WithGuests:
     def wants_introspection(self, state: ClusterState) -> bool:
         """When the policy wants a pass, or guests run (production memory may have grown)."""
         return self.inner.wants_introspection(state) or bool(state.guests)
+
+    def steady(self) -> bool:
+        """The policy's answer: guests running or queued make a job wait (the daemon checks)."""
+        return isinstance(self.inner, Steady) and self.inner.steady()
 
     def wake_at(self, state: ClusterState, now: float) -> float | None:
         """The policy's own next moment: guests only move on events or passes the policy has."""

@@ -50,6 +50,23 @@ class Waking(Protocol):
         ...
 
 
+@runtime_checkable
+class Steady(Protocol):
+    """A policy whose reactive pass acts only on waiting jobs and on change. Optional.
+
+    While no job waits (queued, suspended or sharing GPUs as an
+    opportunistic guest), :meth:`Policy.schedule` of a steady policy decides
+    nothing on a cluster that has not changed since a pass that decided
+    nothing, whatever the time: the daemon skips those passes, which at a
+    thousand nodes cost most of its idle CPU. A policy without it, or whose
+    :meth:`steady` is false, has its reactive pass run every tick.
+    """
+
+    def steady(self) -> bool:
+        """Whether, with no job waiting, the reactive pass depends on the cluster alone."""
+        ...
+
+
 class UnknownPolicyError(LookupError):
     """No policy of that name is registered."""
 

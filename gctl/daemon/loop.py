@@ -5,11 +5,13 @@ observations of the nodes found (:mod:`gctl.daemon.watch`: heartbeats,
 progress, containers that ended), records the jobs that ended
 (:mod:`gctl.daemon.ends`), reconciles nodes that came back, carries out
 operator intents and runs the policy's reactive pass, so an exit or a node
-change is acted on within about a second. The tick never waits on a host:
-observations and any host work that may take long run on threads of their
-own (:mod:`gctl.daemon.inflight`), a node that does not answer within its
-deadline is taken out of every decision at once and marked down after the
-node timeout, so one hung host delays nothing else. Between ticks the
+change is acted on within about a second (a steady policy's pass is skipped
+while nobody waits and nothing it acts on changed: :mod:`gctl.daemon.steady`).
+The tick never waits on a host: observations and any host work that may
+take long run on threads of their own (:mod:`gctl.daemon.inflight`), a
+node that does not answer within its deadline is taken out of every
+decision at once and marked down after the node timeout, so one hung host
+delays nothing else. Between ticks the
 daemon watches the store for new jobs and intents (:data:`WAKE_POLL`) and
 starts the next tick at once when one arrives. On their own periods it
 reconciles every node with the store (30 s) and runs the policy's
@@ -60,6 +62,7 @@ from gctl.daemon import (
     lease,
     output,
     passes,
+    steady,
     timelimits,
 )
 from gctl.daemon.batching import Balancer, BatchOptions
@@ -287,12 +290,14 @@ class _Loop:
         self._dcgm: Work | None = None
         self._learning: Work | None = None
         self._nodes: dict[str, NodeRow] = {}
+        self._reader = hostops.NodeReader()
         lease_s = max(5.0, 5 * self.cfg.control_every)
         control = self.cfg.rate_control
         self.throttles = Throttles(control, lease=lease_s) if control is not None else None
         self.balancer = Balancer(self.cfg.batching)
         self.guard = MemoryGuard(self.cfg.gpu_mem_grace)
         self.steps = _Steps()
+        self.gate = steady.Gate(daemon.policy)
 
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
@@ -331,10 +336,15 @@ class _Loop:
         decided = self.daemon.metrics.decided
         if watch.settling or self._reading_caches(at):  # the first looks come first
             return
+        blocked = watch.blocked
         self.steps.run(
             "reactive",
-            lambda: passes.reactive_pass(
-                site, self.daemon.policy, now(), decided, self.inflight, watch.blocked
+            lambda: self.gate.run(
+                site.store.engine,
+                blocked,
+                lambda: passes.reactive_pass(
+                    site, self.daemon.policy, now(), decided, self.inflight, blocked
+                ),
             ),
         )
         if at >= self.due["introspect"]:
@@ -418,7 +428,7 @@ class _Loop:
     ) -> tuple[dict[str, NodeRow], hostops.NodeGpus, dict[str, list[JobHere]]]:
         """Every node and its GPUs, and the jobs holding GPUs on each; the pairs updated."""
         with transaction(self.site.store.engine, write=False) as s:
-            nodes, node_gpus = hostops.read_nodes(s)
+            nodes, node_gpus = self._reader.read(s)
             held: list[Held] = [
                 (r[0], r[1], r[2], r[3], r[4], r[5], r[6])
                 for r in s.execute(

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Row, select
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from gctl.config import DEFAULT_WORK_DIR, node_cache_dir
 from gctl.hosts import gpu_probe
@@ -109,19 +109,61 @@ NodeGpus = dict[str, tuple[HostGpu, ...]]
 
 
 def read_nodes(s: Session) -> tuple[dict[str, NodeRow], NodeGpus]:
-    """Every node (its rows without GPU objects), and each node's GPUs as plain values.
+    """Every node (its rows without GPU objects), and each node's GPUs as plain values."""
+    return NodeReader().read(s)
 
-    The daemon reads this every tick: loading GpuRow objects took 150 ms at
-    1,000 nodes x 8 GPUs, these plain rows 15 ms.
+
+class NodeReader:
+    """Reads every node and its GPUs, again and again: the daemon's read at each tick.
+
+    Loading NodeRow objects costs 10 ms a read at 1,000 nodes x 8 GPUs
+    (GpuRow objects 150 ms). The reader reads plain column values and
+    builds a row, or a node's GPUs, only where they are new or changed
+    since its last read; the others are the same objects as then (3 ms for
+    the nodes, 4 ms for their GPUs). The rows are detached, as rows loaded
+    in a closed session are: their GPU objects are not loaded and reading
+    them raises.
     """
-    nodes = {r.name: r for r in s.scalars(select(NodeRow))}
-    names = {r.id: r.name for r in nodes.values()}
-    gpus: dict[str, list[HostGpu]] = {name: [] for name in nodes}
-    query = select(GpuRow.node_id, GpuRow.index, GpuRow.model, GpuRow.memory_mb)
-    for node_id, index, model, memory_mb in s.execute(query.order_by(GpuRow.node_id, GpuRow.index)):
-        if node_id in names:
-            gpus[names[node_id]].append(HostGpu(index, model, memory_mb))
-    return nodes, {name: tuple(held) for name, held in gpus.items()}
+
+    def __init__(self) -> None:
+        """Nothing read yet."""
+        self._rows: dict[int, tuple[Row[Any], NodeRow]] = {}
+        self._gpus: dict[int, tuple[tuple[Any, ...], tuple[HostGpu, ...]]] = {}
+
+    def read(self, s: Session) -> tuple[dict[str, NodeRow], NodeGpus]:
+        """Every node by name, and each node's GPUs (``s``: any session, read only)."""
+        conn = s.connection()
+        rows: dict[int, tuple[Row[Any], NodeRow]] = {}
+        for values in conn.execute(select(*NodeRow.__table__.columns)).all():
+            old = self._rows.get(values.id)
+            if old is None or old[0] != values:
+                row = NodeRow(**values._asdict())
+                make_transient_to_detached(row)
+                old = (values, row)
+            rows[values.id] = old
+        self._rows = rows
+        found: dict[int, list[tuple[Any, ...]]] = {node_id: [] for node_id in rows}
+        query = select(GpuRow.node_id, GpuRow.index, GpuRow.model, GpuRow.memory_mb)
+        for node_id, *gpu in conn.execute(query.order_by(GpuRow.node_id, GpuRow.index)).all():
+            if node_id in found:
+                found[node_id].append(tuple(gpu))
+        gpus: dict[int, tuple[tuple[Any, ...], tuple[HostGpu, ...]]] = {}
+        for node_id, listed in found.items():
+            raw = tuple(listed)
+            known = self._gpus.get(node_id)
+            gpus[node_id] = (
+                known if known is not None and known[0] == raw else (raw, _host_gpus(raw))
+            )
+        self._gpus = gpus
+        return (
+            {row.name: row for _, row in rows.values()},
+            {row.name: gpus[node_id][1] for node_id, (_, row) in rows.items()},
+        )
+
+
+def _host_gpus(raw: tuple[tuple[Any, ...], ...]) -> tuple[HostGpu, ...]:
+    """GPUs from their (index, model, memory) values."""
+    return tuple(HostGpu(index, model, memory_mb) for index, model, memory_mb in raw)
 
 
 def engine(pool: Pool, row: NodeRow, sid: str) -> Engine:

@@ -50,3 +50,7 @@ class FifoPolicy:
     def wants_introspection(self, state: ClusterState) -> bool:
         """Never: there is nothing to revisit."""
         return False
+
+    def steady(self) -> bool:
+        """Yes: it only ever places waiting jobs."""
+        return True

@@ -449,6 +449,10 @@ class GandivaPolicy:
         """Whether a pass could change anything: shared sets, queued, spread or elastic jobs."""
         return bool(state.shared or state.pending or state.scattered or state.elastic)
 
+    def steady(self) -> bool:
+        """Yes: with nobody waiting it only unpacks and hands turns on, on what changed."""
+        return True
+
     def wake_at(self, state: ClusterState, now: float) -> float | None:
         """The earliest time a pass could decide anything if no event comes first; None: never.
 
