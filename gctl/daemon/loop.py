@@ -230,7 +230,6 @@ class Daemon:
             answer_within=cfg.deadline,
             lease_timeout=cfg.node_timeout,
             control_every=cfg.control_every,
-            tick=cfg.tick,
         )
         loop = _Loop(self, site, watch, inflight)
         slow = _SlowTicks(max(1.0, 2 * cfg.tick))

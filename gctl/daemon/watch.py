@@ -207,10 +207,7 @@ class Watch:
     ``heartbeat_every`` is how often a node gets a full observation,
     ``answer_within`` the deadline of any observation, ``lease_timeout`` the
     watchdogs' (the daemon's node timeout), ``control_every`` how often a
-    node whose opportunistic jobs are under rate control gets one. ``tick``
-    is how often :meth:`look` is called: a look due before the next call
-    starts now, so no node waits longer than ``heartbeat_every`` between
-    two looks (rather than up to a tick more).
+    node whose opportunistic jobs are under rate control gets one.
     """
 
     def __init__(
@@ -222,10 +219,8 @@ class Watch:
         answer_within: float,
         lease_timeout: float,
         control_every: float = 1.0,
-        tick: float = 0.0,
     ) -> None:
         self.site = site
-        self.tick = tick
         self.control_every = control_every
         self._last_full: dict[str, float] = {}
         self.inflight = inflight
@@ -296,7 +291,7 @@ class Watch:
         for name, row in nodes.items():
             if name in self._running:
                 continue
-            full = mono + self.tick >= self._next_full.get(name, 0.0)
+            full = mono >= self._next_full.get(name, 0.0)
             if name in fast and name not in self._failures:
                 full = full or mono >= self._last_full.get(name, 0.0) + self.control_every
             here = jobs.get(name, [])
