@@ -336,17 +336,7 @@ class _Loop:
         decided = self.daemon.metrics.decided
         if watch.settling or self._reading_caches(at):  # the first looks come first
             return
-        blocked = watch.blocked
-        self.steps.run(
-            "reactive",
-            lambda: self.gate.run(
-                site.store.engine,
-                blocked,
-                lambda: passes.reactive_pass(
-                    site, self.daemon.policy, now(), decided, self.inflight, blocked
-                ),
-            ),
-        )
+        self.steps.run("reactive", self._react)
         if at >= self.due["introspect"]:
             self.due["introspect"] = at + cfg.introspect_every
             self.steps.run(
@@ -366,6 +356,19 @@ class _Loop:
             self._dcgm = self.inflight.submit(
                 "dcgm job mapping", lambda: dcgm.sync(site.store, site.pool, directory)
             )
+
+    def _react(self) -> None:
+        """The reactive pass, unless nobody waits and nothing changed (:mod:`.steady`)."""
+        site, blocked, metrics = self.site, self.watch.blocked, self.daemon.metrics
+        applied = self.gate.run(
+            site.store.engine,
+            blocked,
+            lambda: passes.reactive_pass(
+                site, self.daemon.policy, now(), metrics.decided, self.inflight, blocked
+            ),
+        )
+        if applied is None:
+            metrics.skipped()
 
     def _reading_caches(self, at: float) -> bool:
         """Whether decisions wait for the first read of the nodes' caches (at most CACHES_WAIT s).

@@ -195,6 +195,11 @@ class DaemonMetrics:
             ["kind"],
             registry=self.registry,
         )
+        self._skipped = Counter(
+            "gctl_daemon_reactive_skipped",
+            "Ticks whose reactive pass was skipped: nobody waited and nothing it acts on changed",
+            registry=self.registry,
+        )
         self._latency = Histogram(
             "gctl_decision_latency_seconds",
             "Seconds a decision took, by kind",
@@ -221,6 +226,10 @@ class DaemonMetrics:
         """A tick ended now, having taken ``seconds``."""
         self._last_tick.set(now())
         self._tick.observe(seconds)
+
+    def skipped(self) -> None:
+        """Count one tick whose reactive pass was skipped (:mod:`gctl.daemon.steady`)."""
+        self._skipped.inc()
 
     def decided(self, kind: str, seconds: float) -> None:
         """Count one decision of ``kind`` that took ``seconds``."""

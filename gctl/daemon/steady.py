@@ -86,8 +86,6 @@ class Gate:
         """No pass run yet: the first is due."""
         self.steady = isinstance(policy, Steady) and policy.steady()
         self._quiet: Hashable | None = None
-        self.skipped = 0
-        """Passes skipped since the daemon started."""
 
     def run(
         self, engine: Engine, blocked: Collection[str], reactive: Callable[[], Applied]
@@ -102,7 +100,6 @@ class Gate:
             with transaction(engine, write=False) as s:
                 inputs = read(s, blocked)
             if inputs is not None and inputs == self._quiet:
-                self.skipped += 1
                 return None
         self._quiet = None  # a pass that fails is not quiet
         applied = reactive()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from storekit import node, on_gpus, req
 
+from gctl.core.policy import load_policy
+from gctl.daemon.loop import Daemon, DaemonConfig
 from gctl.daemon.metrics import GPU_STATES, DaemonMetrics, MetricsServer, parse_address, serve
 from gctl.services import db, jobs, nodes
 from gctl.store.engine import transaction
@@ -124,6 +127,30 @@ def test_decisions_are_counted_and_timed(served: tuple[DaemonMetrics, MetricsSer
     assert value(ticked, "gctl_daemon_tick_seconds_bucket", le="0.25") == 0
     assert value(ticked, "gctl_daemon_tick_seconds_bucket", le="0.5") == 1
     assert value(got, "process_resident_memory_bytes") > 0
+
+
+def test_an_idle_daemons_skipped_passes_are_counted(
+    store: db.Store, served: tuple[DaemonMetrics, MetricsServer], tmp_path: Path
+) -> None:
+    """A real daemon over an idle store (no node, no job) skips every pass after its first."""
+    metrics, server = served
+    cfg = DaemonConfig(state_dir=tmp_path / "state", tick=0.1, heartbeat_every=0.5)
+    daemon = Daemon(store, load_policy("gandiva"), cfg, metrics)
+    stop = threading.Event()
+    thread = threading.Thread(target=daemon.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if value(scrape(server), "gctl_daemon_reactive_skipped_total") >= 5:
+                break
+            time.sleep(0.2)
+        got = scrape(server)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert value(got, "gctl_daemon_reactive_skipped_total") >= 5
+    assert not thread.is_alive()
 
 
 def test_a_store_that_cannot_be_read_is_reported_not_raised(tmp_path: Path) -> None:

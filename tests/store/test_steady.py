@@ -61,7 +61,6 @@ def test_an_unchanged_idle_cluster_skips_the_pass_and_any_change_runs_it(store: 
     passes = Passes(store, GandivaPolicy())
     assert passes.tick() and passes.decided == [[]]
     assert not passes.tick() and not passes.tick()
-    assert passes.gate.skipped == 2
     with transaction(store.engine, write=True) as s:  # an operator drains a2
         s.execute(update(NodeRow).where(NodeRow.name == "a2").values(admin_state="drain"))
     assert passes.tick()
@@ -86,7 +85,6 @@ def test_a_waiting_job_runs_every_pass_and_is_placed(store: db.Store) -> None:
     on_gpus(store, a, "a1", [0], since=100.0)  # as the daemon records it
     (b,) = jobs.submit(store, [req(4)])  # does not fit beside a: it waits, each pass looks again
     assert passes.tick() and passes.tick() and passes.tick()
-    assert passes.gate.skipped == 0
     with transaction(store.engine, write=True) as s:  # held (scontrol hold): nobody waits
         s.execute(update(JobRow).where(JobRow.id == b).values(held=True))
     assert passes.tick()
@@ -122,7 +120,6 @@ def test_a_suspended_or_guest_job_runs_every_pass(store: db.Store, how: str) -> 
         on_gpus(store, g, "a1", [0], since=100.0, mode="opportunistic")
     passes = Passes(store, GandivaPolicy())
     assert all(passes.tick() for _ in range(3))
-    assert passes.gate.skipped == 0
 
 
 def test_a_policy_that_is_not_steady_runs_every_pass(store: db.Store) -> None:
