@@ -15,12 +15,13 @@ job, runs it as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from gctl.core.model import JobClass
 from gctl.core.policy import Policy, Steady
 from gctl.daemon.apply import Applied
 from gctl.services.queue import ON_GPUS
@@ -28,12 +29,16 @@ from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow
 from gctl.store.snapshot import QUEUED_STATES, SUSPENDED_STATES
 
-OPPORTUNISTIC = "opportunistic"
-"""The class of a guest job: its evictions follow measured samples, so it counts as waiting."""
+Inputs = tuple[tuple[Any, ...], ...]
+"""What a steady reactive pass acts on: the nodes, the jobs on GPUs and the blocked nodes."""
 
 
-def read(s: Session, blocked: Collection[str]) -> Hashable | None:
-    """What a steady reactive pass acts on, or None when a job waits (the pass must run)."""
+def read(s: Session, blocked: Collection[str]) -> Inputs | None:
+    """What a steady reactive pass acts on, or None when a job waits (the pass must run).
+
+    A guest (opportunistic) job counts as waiting: its evictions follow
+    measured samples, which these inputs do not hold.
+    """
     waiting = s.execute(
         select(JobRow.id)
         .where(JobRow.state.in_(sorted(QUEUED_STATES)), JobRow.held.is_(False))
@@ -61,10 +66,9 @@ def read(s: Session, blocked: Collection[str]) -> Hashable | None:
         .where(JobRow.state.in_(sorted(ON_GPUS)))
         .order_by(JobRow.id, AllocationRow.gpu_id)
     ):
-        if row.state in SUSPENDED_STATES or row.job_class == OPPORTUNISTIC:
+        if row.state in SUSPENDED_STATES or row.job_class == JobClass.OPPORTUNISTIC:
             return None
-        # an operation is a JSON document: its text stands for it
-        held.append((*row[:-1], None if row.op is None else repr(sorted(row.op.items()))))
+        held.append(tuple(row))
     gpus = dict(s.execute(select(GpuRow.node_id, func.count()).group_by(GpuRow.node_id)).all())
     nodes = tuple(
         (name, state, gpus.get(node_id, 0))
@@ -85,7 +89,7 @@ class Gate:
     def __init__(self, policy: Policy) -> None:
         """No pass run yet: the first is due."""
         self.steady = isinstance(policy, Steady) and policy.steady()
-        self._quiet: Hashable | None = None
+        self._quiet: Inputs | None = None
 
     def run(
         self, engine: Engine, blocked: Collection[str], reactive: Callable[[], Applied]
@@ -95,7 +99,7 @@ class Gate:
         The inputs are read before the pass reads the store: whatever
         changes in between is seen as a change by the next tick.
         """
-        inputs: Hashable | None = None
+        inputs: Inputs | None = None
         if self.steady:
             with transaction(engine, write=False) as s:
                 inputs = read(s, blocked)
