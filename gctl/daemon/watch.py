@@ -12,11 +12,19 @@ reports, so a report read for an exit seen is the job's last; where the
 engine has no such socket, the engine's API over SSH lists them and the
 reports of the jobs that ended are read again after it. Observations run
 on threads of their own, at most one per node at a time; the tick only
-collects those that ended. An observation that has not
-answered within its deadline marks the node *not responding* right away,
-whatever the SSH timeouts, and the node stays so until an observation
-answers again. A node whose looks keep failing is looked at less and less
-often: the wait doubles from the heartbeat period up to :data:`MAX_RETRY`.
+collects those that ended. An observation that has not answered within
+its deadline, counted from when a thread began it, marks the node *not
+responding* right away, whatever the SSH timeouts, and the node stays so
+until an observation answers again. A node whose looks keep failing is
+looked at less and less often: the wait doubles from the heartbeat period
+up to :data:`MAX_RETRY`.
+
+:data:`OBSERVERS` threads take the looks due, heartbeats (which renew the
+watchdogs' leases) before the light looks at nodes with jobs, the longest
+due first. A look past its deadline keeps its thread until its SSH timeout
+(a host that hangs) but gives its place to a new thread
+(:mod:`gctl.daemon.deadline_pool`), so hosts that hang, however many,
+never hold up the looks at the others, nor the leases of their watchdogs.
 
 A node that was not responding, or that the daemon has just started
 watching, is *unreconciled*: no decision may act on it until reconcile has
@@ -29,11 +37,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from gctl.daemon import jobfiles
+from gctl.daemon.deadline_pool import DeadlinePool, Task
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site
 from gctl.hosts.engine import ContainerState, listed_states, owned_labels
@@ -46,7 +55,9 @@ if TYPE_CHECKING:
     from gctl.daemon.throttles import Throttles
 
 OBSERVERS = 32
-"""Threads observing nodes at once."""
+"""Threads observing nodes at once, not counting those whose look is past its deadline."""
+THREADS = 512
+"""Threads observing nodes at most, looks past their deadline (hosts that hang) included."""
 MAX_RETRY = 30.0
 """Longest wait between two looks at a node that keeps failing them (the back-off's cap)."""
 
@@ -86,13 +97,6 @@ class Observation:
     boot_time: float | None = None
     engine_start: float | None = None
     throttled: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class _Running:
-    future: Future[Observation]
-    began: float
-    """Monotonic time it began."""
 
 
 def observe(
@@ -189,6 +193,11 @@ def observe(
         return Observation(row.name, began, seq, full, error=why)
 
 
+def _observe_now(*args: Any, **kwargs: Any) -> Observation:
+    """:func:`observe`, beginning now: a look's time is when a thread began it."""
+    return observe(*args, began=now(), **kwargs)
+
+
 def _worth_saving(site: Site, job: JobHere, report: jobfiles.Report, ended: bool) -> bool:
     """Whether the mirror should get the job directory now: a newer checkpoint, or an early end."""
     if ended and not report.finished:
@@ -233,12 +242,12 @@ class Watch:
         self.not_responding: set[str] = set()
         self.unreconciled: set[str] = set()
         self._known: set[str] = set()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, Task[Observation]] = {}
         self._next_full: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._since = time.monotonic()
         self._never_seen: set[str] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=OBSERVERS, thread_name_prefix="gctl-watch")
+        self._pool = DeadlinePool(OBSERVERS, THREADS, "gctl-watch")
 
     @property
     def blocked(self) -> set[str]:
@@ -291,7 +300,8 @@ class Watch:
         for name, row in nodes.items():
             if name in self._running:
                 continue
-            full = mono >= self._next_full.get(name, 0.0)
+            due = self._next_full.get(name, 0.0)
+            full = mono >= due
             if name in fast and name not in self._failures:
                 full = full or mono >= self._last_full.get(name, 0.0) + self.control_every
             here = jobs.get(name, [])
@@ -305,19 +315,20 @@ class Watch:
             settings = None
             if full and throttles is not None and name in controlled:
                 settings = throttles.requests(name, hostops.docker_argv(row))
-            future = self._pool.submit(
-                observe,
-                self.site,
-                row,
-                here,
-                full=full,
-                lease_timeout=self.lease_timeout,
-                began=now(),
-                seq=self.inflight.seq(name),
-                gpus=gpus.get(name, ()),
-                throttles=settings,
+            self._running[name] = self._pool.submit(
+                (not full, due),
+                partial(
+                    _observe_now,
+                    self.site,
+                    row,
+                    here,
+                    full=full,
+                    lease_timeout=self.lease_timeout,
+                    seq=self.inflight.seq(name),
+                    gpus=gpus.get(name, ()),
+                    throttles=settings,
+                ),
             )
-            self._running[name] = _Running(future, mono)
 
     def collect(self) -> list[Observation]:
         """The observations that ended since the last call (the node's latest is kept)."""
@@ -344,11 +355,12 @@ class Watch:
     def overdue(self) -> dict[str, float]:
         """Nodes whose running observation is past its deadline, with how long it has run."""
         mono = time.monotonic()
-        late = {
-            name: mono - r.began
-            for name, r in self._running.items()
-            if mono - r.began > self.answer_within
-        }
+        late: dict[str, float] = {}
+        for name, task in self._running.items():
+            seconds = task.late(mono, self.answer_within)
+            if seconds is not None:
+                late[name] = seconds
+                self._pool.release(task)
         self.not_responding.update(late)
         return late
 
@@ -368,4 +380,4 @@ class Watch:
 
     def close(self) -> None:
         """Stop observing; looks still running end on their own (their SSH timeouts)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()

@@ -1,0 +1,115 @@
+"""Hosts that hang never hold up the looks at the others (light hosts of scalehosts.sh).
+
+Six light hosts, three of them frozen (SIGSTOP) once their connections are
+up: a look at a frozen host blocks its thread until the SSH timeout. With
+as many observer threads as frozen hosts, the healthy nodes must still be
+looked at every heartbeat, their looks' deadlines counted from when they
+began (not from when they were due), so that only the frozen nodes are
+reported late.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scriptkit import REPO_ROOT
+
+from gctl.daemon import watch as watch_module
+from gctl.daemon.inflight import Inflight
+from gctl.daemon.site import Site
+from gctl.daemon.watch import Watch
+from gctl.hosts.ssh import Pool
+from gctl.services import db, hostops, nodes
+from gctl.store.engine import transaction
+
+DIR = "/tmp/gctl-scalehosts-hung"
+PORT = "2423"
+FROZEN = ["s1", "s2", "s3"]
+
+
+def _harness(*args: str) -> str:
+    env = {**os.environ, "GCTL_SCALEHOSTS_DIR": DIR, "GCTL_SCALEHOSTS_PORT": PORT}
+    out = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "scalehosts.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture
+def light() -> Iterator[dict[str, Any]]:
+    """Six light hosts on one engine; thawed and stopped after the test."""
+    try:
+        yield dict(json.loads(_harness("start", "6", "1").strip().splitlines()[-1]))
+    finally:
+        _harness("thaw", *FROZEN)
+        _harness("stop")
+
+
+def test_frozen_hosts_never_hold_up_the_looks_at_the_healthy_ones(
+    light: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = db.connect(str(tmp_path / "gctl.db"))
+    db.upgrade(store)
+    nodes.add_nodes(
+        store,
+        [
+            nodes.NodeSpec(
+                h["name"],
+                h["host"],
+                h["fingerprint"],
+                port=h["port"],
+                ssh_user=h["user"],
+                key_path=light["key"],
+                emulate_gpus="8xV100-16GB",
+                docker_host=h["docker_host"],
+                work_dir=h["work_dir"],
+            )
+            for h in light["hosts"]
+        ],
+    )
+    monkeypatch.setattr(watch_module, "OBSERVERS", len(FROZEN))
+    with Pool(connect_timeout=5.0, command_timeout=30.0, ssh_config=Path("/nonexistent")) as pool:
+        site = Site(store, pool, tmp_path / "mirror")
+        inflight = Inflight()
+        watch = Watch(site, inflight, heartbeat_every=1.0, answer_within=2.0, lease_timeout=60.0)
+        try:
+            with transaction(store.engine, write=False) as s:
+                rows, gpus = hostops.read_nodes(s)
+            answered: dict[str, int] = {}
+            late: set[str] = set()
+
+            def tick() -> None:
+                watch.look(rows, gpus, {})
+                for o in watch.collect():
+                    assert o.error is None, o
+                    answered[o.node] = answered.get(o.node, 0) + 1
+                late.update(watch.overdue())
+                time.sleep(0.2)
+
+            while len(answered) < len(rows):  # every connection up, every agent started
+                tick()
+            _harness("freeze", *FROZEN)
+            answered.clear()
+            end = time.monotonic() + 10.0
+            while time.monotonic() < end:
+                tick()
+        finally:
+            watch.close()
+            inflight.close()
+            site.close()
+    healthy = {"s4", "s5", "s6"}
+    # a look every heartbeat (1 s) at each healthy node, though each frozen one holds a thread
+    assert {n: answered.get(n, 0) >= 6 for n in healthy} == dict.fromkeys(healthy, True)
+    assert late == set(FROZEN)
