@@ -21,10 +21,13 @@ up to :data:`MAX_RETRY`.
 
 :data:`OBSERVERS` threads take the looks due, heartbeats (which renew the
 watchdogs' leases) before the light looks at nodes with jobs, the longest
-due first. A look past its deadline keeps its thread until its SSH timeout
-(a host that hangs) but gives its place to a new thread
-(:mod:`gctl.daemon.deadline_pool`), so hosts that hang, however many,
-never hold up the looks at the others, nor the leases of their watchdogs.
+due first. A look still running after :data:`STUCK_AFTER` seconds (a host
+that hangs, until its SSH timeout) keeps its thread but gives its place to
+a new one (:mod:`gctl.daemon.deadline_pool`), so hosts that hang, up to
+:data:`THREADS` less :data:`OBSERVERS` at once, never hold up the looks at
+the others, nor the leases of their watchdogs. (Not at the deadline: under
+load, looks slower than that are many, and a thread for each would only
+share the same CPU among more of them.)
 
 A node that was not responding, or that the daemon has just started
 watching, is *unreconciled*: no decision may act on it until reconcile has
@@ -56,8 +59,10 @@ if TYPE_CHECKING:
 
 OBSERVERS = 32
 """Threads observing nodes at once, not counting those whose look is past its deadline."""
-THREADS = 512
-"""Threads observing nodes at most, looks past their deadline (hosts that hang) included."""
+THREADS = 128
+"""Threads observing nodes at most, those of stuck looks (hosts that hang) included."""
+STUCK_AFTER = 10.0
+"""Seconds after which a look still running is taken as stuck, and its thread's place given."""
 MAX_RETRY = 30.0
 """Longest wait between two looks at a node that keeps failing them (the back-off's cap)."""
 
@@ -216,7 +221,8 @@ class Watch:
     ``heartbeat_every`` is how often a node gets a full observation,
     ``answer_within`` the deadline of any observation, ``lease_timeout`` the
     watchdogs' (the daemon's node timeout), ``control_every`` how often a
-    node whose opportunistic jobs are under rate control gets one.
+    node whose opportunistic jobs are under rate control gets one,
+    ``stuck_after`` when a look gives its thread's place to another.
     """
 
     def __init__(
@@ -228,8 +234,10 @@ class Watch:
         answer_within: float,
         lease_timeout: float,
         control_every: float = 1.0,
+        stuck_after: float = STUCK_AFTER,
     ) -> None:
         self.site = site
+        self.stuck_after = stuck_after
         self.control_every = control_every
         self._last_full: dict[str, float] = {}
         self.inflight = inflight
@@ -243,6 +251,8 @@ class Watch:
         self.unreconciled: set[str] = set()
         self._known: set[str] = set()
         self._running: dict[str, Task[Observation]] = {}
+        self._light: set[str] = set()
+        """Nodes whose running look is a light one (no heartbeat)."""
         self._next_full: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._since = time.monotonic()
@@ -298,16 +308,22 @@ class Watch:
                 self.not_responding.discard(name)
                 self.unreconciled.discard(name)
         for name, row in nodes.items():
-            if name in self._running:
+            running = self._running.get(name)
+            if running is not None and (name not in self._light or running.began is not None):
                 continue
             due = self._next_full.get(name, 0.0)
             full = mono >= due
             if name in fast and name not in self._failures:
                 full = full or mono >= self._last_full.get(name, 0.0) + self.control_every
+            if running is not None and not (full and running.future.cancel()):
+                continue  # a light look still queued gives its place to a heartbeat only
             here = jobs.get(name, [])
             if not full and (not here or name in self._failures):
                 continue
-            if full:
+            if not full:
+                self._light.add(name)
+            else:
+                self._light.discard(name)
                 failed = self._failures.get(name, 0)
                 wait = min(MAX_RETRY, self.heartbeat_every * 2 ** max(0, failed - 1))
                 self._next_full[name] = mono + (wait if failed else self.heartbeat_every)
@@ -337,6 +353,7 @@ class Watch:
             if not running.future.done():
                 continue
             del self._running[name]
+            self._light.discard(name)
             got = running.future.result()
             out.append(got)
             if got.error is None:
@@ -356,11 +373,13 @@ class Watch:
         """Nodes whose running observation is past its deadline, with how long it has run."""
         mono = time.monotonic()
         late: dict[str, float] = {}
+        stuck = max(self.answer_within, self.stuck_after)
         for name, task in self._running.items():
             seconds = task.late(mono, self.answer_within)
             if seconds is not None:
                 late[name] = seconds
-                self._pool.release(task)
+                if seconds > stuck:
+                    self._pool.release(task)
         self.not_responding.update(late)
         return late
 
