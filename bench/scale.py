@@ -7,6 +7,9 @@ emulated V100s in a fresh store (SQLite, or PostgreSQL with
 ``--postgres``), starts the real ``gctl daemon`` (a child process, default
 periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
 
+- start: how long until every node has answered a look (``seen``), and
+  how many times a node was marked down meanwhile (``downs``: nodes the
+  daemon had not reached within ``--node-timeout``);
 - idle (``--idle`` seconds, from one heartbeat after every node first
   answered): the daemon's CPU (share of one core) and resident memory, the
   machine's memory in use (hosts, engines and daemon together), and the
@@ -132,6 +135,12 @@ def _never_answered(store: db.Store) -> int:
         return int(s.scalar(select(func.count()).where(NodeRow.last_seen.is_(None))) or 0)
 
 
+def _downs(store: db.Store) -> int:
+    """How many times the daemon has marked a node down (``node.down`` events)."""
+    with transaction(store.engine, write=False) as s:
+        return int(s.scalar(select(func.count()).where(EventRow.kind == "node.down")) or 0)
+
+
 def _watch_round(store: db.Store, seconds: float, frozen: Collection[str] = ()) -> float:
     """The heartbeat round over ``seconds``: the longest time between two looks at a node.
 
@@ -247,6 +256,7 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             time.sleep(0.5)
         row["all_seen_s"] = time.monotonic() - began
         time.sleep(HEARTBEAT)  # one round after the start's: connections are set up by then
+        row["start_downs"] = _downs(store)
         cpu0, t0 = _cpu_seconds(daemon.pid), time.monotonic()
         row["idle_round_s"] = _watch_round(store, args.idle)
         row["idle_cpu"] = (_cpu_seconds(daemon.pid) - cpu0) / (time.monotonic() - t0)
@@ -314,13 +324,14 @@ def main() -> None:
         if args.postgres:
             args.db_url = _postgres(tmp)
         backend = "PostgreSQL" if args.postgres else "SQLite"
-        head = "hosts  seen(s) idle-round idle-CPU idle-RSS machine load-round submit->run p50/p99"
-        print(f"{head}  others-p99  tick-p99  RSS  ran  frozen-down  ({backend})")
+        head = "hosts  seen(s) downs idle-round idle-CPU idle-RSS machine"
+        head += " load-round submit->run p50/p99  others-p99  tick-p99  RSS  ran  frozen-down"
+        print(f"{head}  ({backend})")
         for n in [int(x) for x in args.hosts.split(",")]:
             r = run_one(n, args, tmp)
             frozen = "-" if r["frozen_down_s"] is None else f"{r['frozen_down_s']:.1f}s"
             print(
-                f"{n:5d}  {r['all_seen_s']:6.1f}  {r['idle_round_s']:8.1f}s"
+                f"{n:5d}  {r['all_seen_s']:6.1f}  {r['start_downs']:5d}  {r['idle_round_s']:8.1f}s"
                 f"  {100 * r['idle_cpu']:6.1f}%  {r['idle_rss_mib']:6.0f}M"
                 f"  {r['machine_mib'] / 1024:5.1f}G"
                 f"  {r['load_round_s']:8.1f}s  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
