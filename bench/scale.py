@@ -59,8 +59,11 @@ from sqlalchemy import func, select
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # scalekit: the light hosts' store, as tests'
 
-from gctl.services import db, jobs, nodes, specs  # noqa: E402
+from scalekit import light_store  # noqa: E402
+
+from gctl.services import db, jobs, specs  # noqa: E402
 from gctl.store.engine import transaction  # noqa: E402
 from gctl.store.models import EventRow, JobRow, JobStateRow, NodeRow  # noqa: E402
 
@@ -86,30 +89,6 @@ def _harness(n: int, engines: int) -> dict[str, Any]:
     if out.returncode != 0:
         sys.exit(f"scalehosts.sh start {n}: {out.stderr.strip()[-500:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
-def _store(url: str, info: dict[str, Any]) -> db.Store:
-    """A fresh store with every light host as a node of 8 emulated V100s."""
-    store = db.connect(url)
-    db.upgrade(store)
-    nodes.add_nodes(
-        store,
-        [
-            nodes.NodeSpec(
-                h["name"],
-                h["host"],
-                h["fingerprint"],
-                port=h["port"],
-                ssh_user=h["user"],
-                key_path=info["key"],
-                emulate_gpus="8xV100-16GB",
-                docker_host=h["docker_host"],
-                work_dir=h["work_dir"],
-            )
-            for h in info["hosts"]
-        ],
-    )
-    return store
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -244,7 +223,7 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """Every figure for ``n`` hosts."""
     info = _harness(n, args.engines)
     url = args.db_url or str(tmp / f"scale-{n}.db")
-    store = _store(url, info)
+    store = light_store(info, url)
     argv = [GCTL, "--db", url, "daemon", "--metrics", f"127.0.0.1:{METRICS_PORT}"]
     argv += ["--state-dir", str(tmp / f"state-{n}"), "--node-timeout", str(args.node_timeout)]
     log = (tmp / f"daemon-{n}.log").open("ab")

@@ -8,33 +8,23 @@ then everything stopped.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scriptkit import REPO_ROOT
+from scalekit import light_store, scalehosts
 
 from gctl.hosts.ssh import Pool
-from gctl.services import db, nodes, probe
+from gctl.services import probe
 
 DIR = "/tmp/gctl-scalehosts-test"
 PORT = "2422"
 
 
 def _harness(*args: str) -> str:
-    env = {**os.environ, "GCTL_SCALEHOSTS_DIR": DIR, "GCTL_SCALEHOSTS_PORT": PORT}
-    out = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "scalehosts.sh"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return scalehosts(DIR, PORT, *args)
 
 
 @pytest.fixture
@@ -76,21 +66,7 @@ def test_light_hosts_answer_as_nodes_hang_when_frozen_and_stop_without_a_trace(
     # all the hosts' processes in one cgroup, which weighs as much as the daemon's session
     cgroups = {_cpu_cgroup(pid) for pid in _sshd_pids()}
     assert cgroups == {f"/{Path(DIR).name}"}
-    store = db.connect(str(tmp_path / "gctl.db"))
-    db.upgrade(store)
-    for h in hosts:
-        nodes.add_node(
-            store,
-            h["name"],
-            h["host"],
-            port=h["port"],
-            ssh_user=h["user"],
-            key_path=light["key"],
-            emulate_gpus="8xV100-16GB",
-            host_key_fingerprint=h["fingerprint"],
-            work_dir=h["work_dir"],
-            docker_host=h["docker_host"],
-        )
+    store = light_store(light, str(tmp_path / "gctl.db"))
     with Pool(connect_timeout=3.0, command_timeout=5.0, ssh_config=Path("/nonexistent")) as pool:
         assert [p.responding for p in probe.probe(store, pool=pool)] == [True, True, True]
         _harness("freeze", "s2")

@@ -13,22 +13,20 @@ which renew the watchdogs' leases, must go first.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scriptkit import REPO_ROOT
+from scalekit import light_store, scalehosts
 
 from gctl.daemon import watch as watch_module
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Site
 from gctl.daemon.watch import JobHere, Watch
 from gctl.hosts.ssh import Pool
-from gctl.services import db, hostops, nodes
+from gctl.services import hostops
 from gctl.store.engine import transaction
 
 DIR = "/tmp/gctl-scalehosts-hung"
@@ -37,16 +35,7 @@ FROZEN = ["s1", "s2", "s3"]
 
 
 def _harness(*args: str) -> str:
-    env = {**os.environ, "GCTL_SCALEHOSTS_DIR": DIR, "GCTL_SCALEHOSTS_PORT": PORT}
-    out = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "scalehosts.sh"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return scalehosts(DIR, PORT, *args)
 
 
 @pytest.fixture
@@ -62,25 +51,7 @@ def light() -> Iterator[dict[str, Any]]:
 def test_frozen_hosts_never_hold_up_the_looks_at_the_healthy_ones(
     light: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = db.connect(str(tmp_path / "gctl.db"))
-    db.upgrade(store)
-    nodes.add_nodes(
-        store,
-        [
-            nodes.NodeSpec(
-                h["name"],
-                h["host"],
-                h["fingerprint"],
-                port=h["port"],
-                ssh_user=h["user"],
-                key_path=light["key"],
-                emulate_gpus="8xV100-16GB",
-                docker_host=h["docker_host"],
-                work_dir=h["work_dir"],
-            )
-            for h in light["hosts"]
-        ],
-    )
+    store = light_store(light, str(tmp_path / "gctl.db"))
     monkeypatch.setattr(watch_module, "OBSERVERS", len(FROZEN))
     with Pool(connect_timeout=5.0, command_timeout=30.0, ssh_config=Path("/nonexistent")) as pool:
         site = Site(store, pool, tmp_path / "mirror")
