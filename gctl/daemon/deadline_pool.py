@@ -52,6 +52,7 @@ class DeadlinePool:
         self.size, self.limit, self.name = size, limit, name
         self._queue: list[tuple[Any, int, Task[Any], Callable[[], Any]]] = []
         self._order = itertools.count()
+        self._names = itertools.count(1)
         self._lock = threading.Condition()
         self._placed = 0
         """Threads holding a place: all threads but those whose task was released."""
@@ -99,7 +100,7 @@ class DeadlinePool:
         if room and len(self._queue) > self._idle:
             self._placed += 1
             self._threads += 1
-            name = f"{self.name}-{next(self._order)}"
+            name = f"{self.name}-{next(self._names)}"
             threading.Thread(target=self._work, name=name, daemon=True).start()
         self._lock.notify()
 
