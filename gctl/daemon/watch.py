@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from gctl.daemon.throttles import Throttles
 
 OBSERVERS = 32
-"""Threads observing nodes at once, not counting those whose look is past its deadline."""
+"""Threads observing nodes at once, not counting those of stuck looks (:data:`STUCK_AFTER`)."""
 THREADS = 128
 """Threads observing nodes at most, those of stuck looks (hosts that hang) included."""
 STUCK_AFTER = 10.0
