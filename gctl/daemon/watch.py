@@ -111,16 +111,17 @@ def observe(
     *,
     full: bool,
     lease_timeout: float,
-    began: float,
     seq: int,
     gpus: tuple[hostops.HostGpu, ...],
     throttles: list[dict[str, Any]] | None = None,
 ) -> Observation:
     """Look at one node with ``gpus`` (module docstring); a failure is the observation's ``error``.
 
-    A full look also hands the node's agent ``throttles``, the throttle
-    settings of its opportunistic jobs (:mod:`gctl.daemon.throttles`).
+    The look's time is when it begins here, on the thread that runs it, not
+    when it was due. A full look also hands the node's agent ``throttles``,
+    the throttle settings of its opportunistic jobs (:mod:`gctl.daemon.throttles`).
     """
+    began = now()
     try:
         target = hostops.target(row)
         home = {j.job_id: site.job_dir(row, j.job_id, j.attempt) for j in jobs if j.home}
@@ -196,11 +197,6 @@ def observe(
     except HostError as exc:
         why = str(exc).partition(": ")[2] or str(exc)  # without the node's name
         return Observation(row.name, began, seq, full, error=why)
-
-
-def _observe_now(*args: Any, **kwargs: Any) -> Observation:
-    """:func:`observe`, beginning now: a look's time is when a thread began it."""
-    return observe(*args, began=now(), **kwargs)
 
 
 def _worth_saving(site: Site, job: JobHere, report: jobfiles.Report, ended: bool) -> bool:
@@ -334,7 +330,7 @@ class Watch:
             self._running[name] = self._pool.submit(
                 (not full, due),
                 partial(
-                    _observe_now,
+                    observe,
                     self.site,
                     row,
                     here,
