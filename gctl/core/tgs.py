@@ -33,7 +33,9 @@ one a *miss*). The controller goes through three phases:
    down by ``resolution``, twice as far at each further such miss (never
    below ``beta * decrease``), until the floor holds again; a sample on
    target at or above the ceiling forgets the ceiling, and plain additive
-   increase resumes.
+   increase resumes. A miss *below* the floor, while beta doubles back to
+   it, would move floor and ceiling down to there; it counts only when the
+   mean of two samples misses, so one noisy sample cannot undo the floor.
 
 While ``beta`` holds, what is compared with the target is the mean of the
 samples taken since ``beta`` last changed (TGS smooths its rate estimate with
@@ -210,11 +212,21 @@ class RateControl:
         if mean > (1 + self.shift) * reference:  # R looks stale: hold, let the window decide
             return state
         on_target = mean >= self.target(reference)
-        if not on_target and held < self.confirm:  # one noisy sample is not a miss yet
+        if not on_target and held < self._confirming(state):  # one noisy sample is no miss yet
             return state
         if state.phase is Phase.SLOW_START:
             return self._slow_start(state, on_target)
         return self._aimd(state, on_target)
+
+    def _confirming(self, state: RateState) -> int:
+        """Samples whose mean must miss at ``state.beta`` before the miss counts.
+
+        Below the floor (beta doubling back to it after a miss) a miss contradicts
+        the samples that made the floor, and it would pull the floor and ceiling
+        down to there: at least two samples decide, so one noisy one cannot.
+        """
+        below = state.phase is Phase.AIMD and state.beta < state.floor
+        return max(self.confirm, 2) if below else self.confirm
 
     def _profile(self, state: RateState, rate: float) -> RateState:
         """One sample with beta = 0; once the last ``profile_steps`` agree, R and slow start."""

@@ -224,6 +224,24 @@ def test_a_single_noisy_sample_does_not_end_a_hold() -> None:
     assert s.beta == 0.3 and s.held == 6
 
 
+def test_a_miss_below_the_floor_counts_only_when_a_second_sample_confirms_it() -> None:
+    start = RateState(phase=Phase.AIMD, beta=0.375, reference=100.0, floor=0.75, ceiling=0.76)
+    noise = OPTIONS.step(start, 94.9)  # one low sample while doubling back: held, not a miss
+    assert (noise.beta, noise.floor, noise.ceiling, noise.held) == (0.375, 0.75, 0.76, 1)
+    back = OPTIONS.step(noise, 100.0)  # the mean of the two is on target: back to the floor
+    assert (back.beta, back.floor, back.ceiling) == (0.75, 0.75, 0.76)
+    real = OPTIONS.step(noise, 94.0)  # two misses: the tipping point is below 0.375
+    assert (real.beta, real.ceiling) == (0.375 / 2, 0.375) and real.floor < 0.375
+
+
+def test_one_noisy_sample_below_the_floor_does_not_pull_the_settled_beta_down() -> None:
+    # Hypothesis' counterexample to the convergence property before the fix: with this
+    # seed one Gaussian sample at the recovery beta (0.379, rate 95.02 against a target
+    # of 95) moved floor and ceiling to 0.37, and the mean beta settled at 0.611.
+    plant = Plant(100.0, 6.5, 0.75)
+    assert_settled(run(plant, noisy(plant, 0.03, 343, gaussian=True)), plant, 0.03)
+
+
 def test_describe_names_phase_beta_r_and_last_rate() -> None:
     s = OPTIONS.start()
     assert OPTIONS.step(s, 10.0).describe(OPTIONS).startswith("profiling: opportunistic job held")
