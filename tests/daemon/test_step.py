@@ -1,18 +1,21 @@
 """A daemon step's failure: logged, never fatal; a lost store says one line, a bug its traceback.
 
-And a slow tick says which of its steps took the time.
+And a slow tick says which of its steps took the time, and a new job wakes
+the loop, after a rest as long as the last tick.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from gctl.daemon.loop import _SlowTicks, _Steps
+from gctl.daemon.loop import _arrivals, _SlowTicks, _Steps, _wait
+from gctl.services import db, jobs, specs
 
 
 def _unreachable_store(tmp_path: Path) -> None:
@@ -64,3 +67,20 @@ def test_a_slow_tick_names_its_slowest_steps_once_a_minute_at_most(
     named = message.split("slowest steps: ")[1].split(", ")
     assert [n.split()[0] for n in named] == ["reactive", "ends", "heartbeat"]
     assert slow.count == 1
+
+
+def test_a_new_job_wakes_the_loop_after_a_rest_as_long_as_the_last_tick(tmp_path: Path) -> None:
+    store = db.connect(str(tmp_path / "gctl.db"))
+    db.upgrade(store)
+    seen = _arrivals(store)
+    jobs.submit(store, [specs.build(image="img", command=["true"], gpus=1)])
+    stop = threading.Event()
+    began = time.monotonic()
+    _wait(store, stop, began + 10.0, seen)  # a quick last tick: woken at once
+    assert time.monotonic() - began < 1.0
+    began = time.monotonic()
+    _wait(store, stop, began + 10.0, seen, rest=1.5)  # a slow one: woken after the rest
+    assert 1.5 <= time.monotonic() - began < 3.0
+    began = time.monotonic()
+    _wait(store, stop, began + 0.5, _arrivals(store), rest=0.2)  # nothing new: the period
+    assert 0.5 <= time.monotonic() - began < 1.5
