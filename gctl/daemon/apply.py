@@ -134,7 +134,7 @@ class Applier:
         self.observe = observe
         self.inflight = inflight
         self.blocked = set(blocked)
-        self._nodes: dict[str, NodeRow] | None = None
+        self._nodes: dict[str, NodeRow] = {}
         self._placed: dict[str, tuple[GpuRef, ...]] = {}
         self._holds: dict[str, tuple[GpuRef, ...]] = dict(snap.held)
         self._deferred_jobs: set[str] = set()
@@ -237,15 +237,24 @@ class Applier:
         assert isinstance(d, Resume | Pack)  # Pack onto the GPUs it holds
         return partial(self._thaw, self.snap.job_ids[d.job_id], d)
 
-    def _node_rows(self, s: Session) -> dict[str, NodeRow]:
-        """Every node with its GPUs, for placements: read once per run of batched decisions.
+    def _node_rows(self, s: Session, batch: list[Batched]) -> dict[str, NodeRow]:
+        """The nodes ``batch`` places on, or freezes jobs placed this apply on, with their GPUs.
 
-        The GPUs' NVLink topology, which starting a container never needs,
-        is left unread: decoded, it would be most of what this reads.
+        Each is read once per run of batched decisions, and only those: the
+        whole cluster's rows, read for a placement or two a tick, took most
+        of the tick's time at 1,000 nodes. The GPUs' NVLink topology, which
+        starting a container never needs, is left unread: decoded, it would
+        be most of what this reads.
         """
-        if self._nodes is None:
+        names: set[str] = set()
+        for d in batch:
+            refs = d.gpus if isinstance(d, Place) else self._placed.get(d.job_id, ())
+            names.update(n for n, _ in refs)
+        missing = names - self._nodes.keys()
+        if missing:
             gpus = selectinload(NodeRow.gpus).defer(GpuRow.nvlink_peers, raiseload=True)
-            self._nodes = {n.name: n for n in s.scalars(select(NodeRow).options(gpus))}
+            query = select(NodeRow).where(NodeRow.name.in_(missing)).options(gpus)
+            self._nodes.update((n.name, n) for n in s.scalars(query))
         return self._nodes
 
     def _batches(self, run: list[Batched], out: Applied) -> None:
@@ -263,7 +272,7 @@ class Applier:
         with gc_paused():
             for first in range(0, len(run), BATCH):
                 self._act(run[first : first + BATCH], out)
-            self._nodes = None
+            self._nodes = {}
 
     def _act(self, batch: list[Batched], out: Applied) -> None:
         """Carry out the batch's host actions in parallel lanes (:mod:`gctl.daemon.lanes`).
@@ -280,8 +289,9 @@ class Applier:
         with transaction(self.site.store.engine, write=False) as s:
             placing = launches(s, {ids[d.job_id] for d in batch if isinstance(d, Place)})
             attempts = _attempts(s, {ids[d.job_id] for d in batch if not isinstance(d, Place)})
+            rows = self._node_rows(s, batch)
             for d in batch:
-                steps.append(self._step(s, d, placing, attempts))
+                steps.append(self._step(s, d, placing, attempts, rows))
         nodes = {n for step in steps for n in step.nodes}
         running = lanes.LaneRun(steps, workers=PARALLEL)
         until = time.monotonic() + APPLY_WITHIN
@@ -323,15 +333,19 @@ class Applier:
             self.observe(type(step.item).__name__.lower(), now() - step.began)
 
     def _step(
-        self, s: Session, d: Batched, placing: dict[int, Launch], attempts: dict[int, int]
+        self,
+        s: Session,
+        d: Batched,
+        placing: dict[int, Launch],
+        attempts: dict[int, int],
+        rows: dict[str, NodeRow],
     ) -> lanes.Step[Batched]:
-        """The host action of one decision and the nodes it acts on."""
+        """The host action of one decision and the nodes it acts on (``rows``: by name)."""
         row_id = self.snap.job_ids[d.job_id]
         if row_id not in (placing if isinstance(d, Place) else attempts):
             return lanes.Step(d, d.job_id, (), _fails(f"job {d.job_id} removed from the store"))
         if isinstance(d, Queue):
             return lanes.Step(d, d.job_id, (), None)
-        rows = self._node_rows(s)
         if isinstance(d, Place):
             # Its freeze later in this apply acts on where it was placed.
             self._placed[d.job_id] = d.gpus

@@ -258,8 +258,9 @@ def end_now(site: Site, s: Session, row: JobRow, state: str, reason: str) -> lis
 
 def _remove(site: Site, found: list[tuple[str, ContainerState]]) -> None:
     """Remove ended containers (a failure is left to reconcile)."""
+    names = {node for node, _ in found}
     with transaction(site.store.engine, write=False) as s:
-        rows = {r.name: r for r in s.scalars(select(NodeRow))}
+        rows = {r.name: r for r in s.scalars(select(NodeRow).where(NodeRow.name.in_(names)))}
     for node, c in found:
         if node in rows:
             site.remove(rows[node], c)
