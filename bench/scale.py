@@ -12,16 +12,22 @@ periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
   daemon had not reached within ``--node-timeout``);
 - idle (``--idle`` seconds, from one heartbeat after every node first
   answered): the daemon's CPU (share of one core) and resident memory, the
-  machine's memory in use (hosts, engines and daemon together), and the
-  heartbeat round: the longest time between two looks at a node (every
-  node is due a look every heartbeat period, so this stays near it);
+  tick time p99 over that window (``idle-tick``: the bucket of the daemon's
+  ``gctl_daemon_tick_seconds`` histogram it falls in), the machine's memory
+  in use (hosts, engines and daemon together), and the heartbeat round: the
+  longest time between two looks at a node (every node is due a look every
+  heartbeat period, so this stays near it);
 - load: ``--rate`` submissions per second for ``--load`` seconds of short
   job-SDK jobs (1, 2 or 4 GPUs), then until they have all run (at most
   ``RUN_WAIT`` s more): submit to RUNNING p50/p99 of those that ran (from
   the store's state history), the p99 of the jobs whose start never
-  failed on a frozen host (``others``), how many ran, the tick time p99 (the
-  daemon's ``gctl_daemon_tick_seconds`` histogram: the bucket it falls in)
-  and the heartbeat round under load;
+  failed on a frozen host (``others``), how many ran, the p50/p99 of the
+  placements' own latency (``start``: from when their host action began
+  to their record, the container started; the buckets of the daemon's
+  ``gctl_decision_latency_seconds{kind="place"}`` they fall in), the tick
+  time p99 of the ticks from the end of the idle window to then (the
+  start's ticks, while the daemon first connects, are in neither) and the
+  heartbeat round under load;
 - with ``--freeze K``: K hosts frozen (SIGSTOP of their sshd and sessions)
   half-way through the load, the stream going on; how long until each is
   marked down, against ``--node-timeout`` (default 20 s here).
@@ -148,19 +154,31 @@ def _watch_round(store: db.Store, seconds: float, frozen: Collection[str] = ()) 
     return max(worst, seconds) if stuck else worst
 
 
-def _tick_p99() -> str:
-    """The bucket of the daemon's tick histogram its 99th percentile falls in."""
+def _metrics() -> str:
+    """The daemon's ``/metrics`` page now."""
     with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    buckets = [
-        (float(le), float(v))
-        for le, v in re.findall(r'gctl_daemon_tick_seconds_bucket\{le="([^"]+)"\} (\S+)', text)
-    ]
-    total = max((v for _, v in buckets), default=0.0)
-    for le, count in sorted(buckets):
-        if total and count >= 0.99 * total:
-            return f"<= {le:g} s" if le != float("inf") else "> 10 s"
+        return r.read().decode()
+
+
+def _histogram(text: str, name: str, labels: str = "") -> dict[float, float]:
+    """Counts so far at or under each bound of histogram ``name`` (``labels`` as 'k="v",')."""
+    pattern = name + r"_bucket\{" + re.escape(labels) + r'le="([^"]+)"\} (\S+)'
+    return {float(le): float(v) for le, v in re.findall(pattern, text)}
+
+
+def _bucket(before: dict[float, float], after: dict[float, float], q: float) -> str:
+    """The bucket the ``q`` quantile of what was counted between two histograms falls in."""
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = max((v for _, v in counts), default=0.0)
+    for le, count in counts:
+        if total and count >= q * total:
+            return f"<= {le:g} s" if le != float("inf") else f"> {counts[-2][0]:g} s"
     return "-"
+
+
+TICK = "gctl_daemon_tick_seconds"
+START = ("gctl_decision_latency_seconds", 'kind="place",')
+"""A placement's latency: its host action's start to its record, once the container runs."""
 
 
 def _submit_to_running(store: db.Store, ids: list[int], within: float) -> dict[int, float]:
@@ -236,9 +254,11 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         row["all_seen_s"] = time.monotonic() - began
         time.sleep(HEARTBEAT)  # one round after the start's: connections are set up by then
         row["start_downs"] = _downs(store)
-        cpu0, t0 = _cpu_seconds(daemon.pid), time.monotonic()
+        cpu0, t0, idle = _cpu_seconds(daemon.pid), time.monotonic(), _metrics()
         row["idle_round_s"] = _watch_round(store, args.idle)
         row["idle_cpu"] = (_cpu_seconds(daemon.pid) - cpu0) / (time.monotonic() - t0)
+        loaded = _metrics()
+        row["idle_tick_p99"] = _bucket(_histogram(idle, TICK), _histogram(loaded, TICK), 0.99)
         row["idle_rss_mib"] = _rss_mib(daemon.pid)
         row["machine_mib"] = _machine_used_mib()
         ids: list[int] = []
@@ -263,7 +283,10 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         row["p99_s"] = _p99(list(waits.values()))
         tried = _tried_on(store, ids, names)
         row["p99_others_s"] = _p99([w for j, w in waits.items() if j not in tried])
-        row["tick_p99"] = _tick_p99()
+        done = _metrics()
+        row["tick_p99"] = _bucket(_histogram(loaded, TICK), _histogram(done, TICK), 0.99)
+        starts = _histogram(loaded, *START), _histogram(done, *START)
+        row["start"] = f"{_bucket(*starts, 0.5)[3:]}/{_bucket(*starts, 0.99)[3:]}"
         row["rss_mib"] = _rss_mib(daemon.pid)
         row["frozen_down_s"] = frozen_s
     finally:
@@ -303,18 +326,20 @@ def main() -> None:
         if args.postgres:
             args.db_url = _postgres(tmp)
         backend = "PostgreSQL" if args.postgres else "SQLite"
-        head = "hosts  seen(s) downs idle-round idle-CPU idle-RSS machine"
-        head += " load-round submit->run p50/p99  others-p99  tick-p99  RSS  ran  frozen-down"
+        head = "hosts  seen(s) downs idle-round idle-CPU idle-RSS idle-tick machine"
+        head += " load-round submit->run p50/p99  others-p99  start p50/p99  tick-p99  RSS  ran"
+        head += "  frozen-down"
         print(f"{head}  ({backend})")
         for n in [int(x) for x in args.hosts.split(",")]:
             r = run_one(n, args, tmp)
             frozen = "-" if r["frozen_down_s"] is None else f"{r['frozen_down_s']:.1f}s"
             print(
                 f"{n:5d}  {r['all_seen_s']:6.1f}  {r['start_downs']:5d}  {r['idle_round_s']:8.1f}s"
-                f"  {100 * r['idle_cpu']:6.1f}%  {r['idle_rss_mib']:6.0f}M"
+                f"  {100 * r['idle_cpu']:6.1f}%  {r['idle_rss_mib']:6.0f}M  {r['idle_tick_p99']:>9}"
                 f"  {r['machine_mib'] / 1024:5.1f}G"
                 f"  {r['load_round_s']:8.1f}s  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
-                f"  {r['p99_others_s']:9.2f}s  {r['tick_p99']:>8}  {r['rss_mib']:4.0f}M"
+                f"  {r['p99_others_s']:9.2f}s  {r['start']:>13}  {r['tick_p99']:>8}"
+                f"  {r['rss_mib']:4.0f}M"
                 f"  {r['ran']}  {frozen}",
                 flush=True,
             )
