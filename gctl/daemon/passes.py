@@ -125,7 +125,7 @@ def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, d
     Waiting jobs of users at their limit of GPUs at once (Slurm's per-user
     QOS limit) are left out of the pass; with them, why they wait.
     """
-    snap = read(site.store.engine, now=now)
+    snap = read(site.store.engine, now=now, gpus=site.gpus)
     snap.state.interference = site.learned.interference(site.store.engine)
     snap.state.cached = site.fills.cached()
     rows = snap.job_ids

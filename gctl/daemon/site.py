@@ -32,6 +32,7 @@ from gctl.services import access, hostops
 from gctl.services.db import Store
 from gctl.store.identity import store_id
 from gctl.store.models import AllocationRow, GpuRow, JobRow, NodeRow
+from gctl.store.snapshot import core_gpus
 
 DEFAULT_GRACE = 30.0
 """Seconds a job has to checkpoint and exit after SIGTERM before it is killed."""
@@ -121,6 +122,8 @@ class Site:
         by job row id, for policies that estimate remaining work."""
         self.fills = Fills(store, pool)
         """Dataset copies made sure of on the nodes (:mod:`gctl.daemon.datafill`)."""
+        self.gpus = core_gpus()
+        """The nodes' GPUs, kept from one pass's snapshot to the next (the tick's thread only)."""
         self.agents = AgentLinks(pool, jobfiles.agent_argv("serve"))
         """Each node's long-running host agent, which answers the observations."""
         self._engines: dict[str, tuple[tuple[Target, str | None], Engine]] = {}

@@ -17,6 +17,7 @@ from gctl.hosts.ssh import HostError, Pool, Target, fan_out
 from gctl.services.db import Store
 from gctl.services.nodes import DEFAULT_SSH_PORT, named_rows
 from gctl.store.engine import transaction
+from gctl.store.gpurows import GpuRows, GpuValues
 from gctl.store.identity import store_id
 from gctl.store.models import GpuRow, NodeRow
 
@@ -118,17 +119,17 @@ class NodeReader:
 
     Loading NodeRow objects costs 10 ms a read at 1,000 nodes x 8 GPUs
     (GpuRow objects 150 ms). The reader reads plain column values and
-    builds a row, or a node's GPUs, only where they are new or changed
-    since its last read; the others are the same objects as then (3 ms for
-    the nodes, 4 ms for their GPUs). The rows are detached, as rows loaded
-    in a closed session are: their GPU objects are not loaded and reading
-    them raises.
+    builds a row only where it is new or changed since its last read; the
+    others are the same objects as then. A node's GPUs are read again only
+    when its inventory changed (:mod:`gctl.store.gpurows`). The rows are
+    detached, as rows loaded in a closed session are: their GPU objects are
+    not loaded and reading them raises.
     """
 
     def __init__(self) -> None:
         """Nothing read yet."""
         self._rows: dict[int, tuple[Row[Any], NodeRow]] = {}
-        self._gpus: dict[int, tuple[tuple[Any, ...], tuple[HostGpu, ...]]] = {}
+        self._gpus = GpuRows(_host_gpus)
 
     def read(self, s: Session) -> tuple[dict[str, NodeRow], NodeGpus]:
         """Every node by name, and each node's GPUs (``s``: any session, read only)."""
@@ -142,28 +143,17 @@ class NodeReader:
                 old = (values, row)
             rows[values.id] = old
         self._rows = rows
-        found: dict[int, list[tuple[Any, ...]]] = {node_id: [] for node_id in rows}
-        query = select(GpuRow.node_id, GpuRow.index, GpuRow.model, GpuRow.memory_mb)
-        for node_id, *gpu in conn.execute(query.order_by(GpuRow.node_id, GpuRow.index)).all():
-            if node_id in found:
-                found[node_id].append(tuple(gpu))
-        gpus: dict[int, tuple[tuple[Any, ...], tuple[HostGpu, ...]]] = {}
-        for node_id, listed in found.items():
-            raw = tuple(listed)
-            known = self._gpus.get(node_id)
-            gpus[node_id] = (
-                known if known is not None and known[0] == raw else (raw, _host_gpus(raw))
-            )
-        self._gpus = gpus
+        keys = {node_id: (v.created_at, v.inventory) for node_id, (v, _) in rows.items()}
+        gpus = self._gpus.read(conn, keys)
         return (
             {row.name: row for _, row in rows.values()},
-            {row.name: gpus[node_id][1] for node_id, (_, row) in rows.items()},
+            {row.name: gpus[node_id] for node_id, (_, row) in rows.items()},
         )
 
 
-def _host_gpus(raw: tuple[tuple[Any, ...], ...]) -> tuple[HostGpu, ...]:
-    """GPUs from their (index, model, memory) values."""
-    return tuple(HostGpu(index, model, memory_mb) for index, model, memory_mb in raw)
+def _host_gpus(raw: tuple[GpuValues, ...]) -> tuple[HostGpu, ...]:
+    """A node's GPUs from their rows' values."""
+    return tuple(HostGpu(g.index, g.model, g.memory_mb) for g in raw)
 
 
 def engine(pool: Pool, row: NodeRow, sid: str) -> Engine:

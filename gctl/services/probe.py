@@ -111,6 +111,7 @@ def _record(s: Session, host: hostops.Host, got: _Answer | HostError) -> None:
     row.last_seen = now()
     row.last_error = None
     if got.inventory is not None and _refresh_gpus(row, got.inventory):
+        row.inventory += 1
         events.record(
             s, "node.inventory", f"node {row.name}: {len(row.gpus)} GPU(s) found", node=row.name
         )

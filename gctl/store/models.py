@@ -80,6 +80,9 @@ class NodeRow(Base):
     """Where the node keeps cached datasets (None: the work directory's ``datasets``)."""
     cache_size_mb: Mapped[int | None]
     """The dataset cache's capacity (None: the free space of its disk)."""
+    inventory: Mapped[int] = mapped_column(default=0)
+    """Changes made to the node's GPU rows so far: one more in each transaction that adds,
+    removes or changes any (:class:`gctl.store.gpurows.GpuRows` rereads only those nodes)."""
 
     gpus: Mapped[list[GpuRow]] = relationship(
         back_populates="node", cascade="all, delete-orphan", order_by="GpuRow.index"

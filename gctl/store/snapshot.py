@@ -86,9 +86,9 @@ from gctl.core.model import (
 )
 from gctl.core.state import ClusterState, GroupKey
 from gctl.gcpause import gc_paused
+from gctl.store.gpurows import GpuRows, GpuValues
 from gctl.store.models import (
     AllocationRow,
-    GpuRow,
     JobRow,
     JobStateRow,
     NodeRow,
@@ -141,34 +141,54 @@ class Snapshot:
     """The GPUs each job held as read, before any decision on it."""
 
 
+CoreGpus = GpuRows[tuple[tuple[int, GPU], ...]]
+"""Each node's GPUs as the core sees them, with their rows' ids, kept from load to load."""
+
+
+def core_gpus() -> CoreGpus:
+    """A fresh keeper of the nodes' GPUs for :func:`load` (the daemon keeps one)."""
+    return GpuRows(_core_gpus)
+
+
+def _core_gpus(rows: tuple[GpuValues, ...]) -> tuple[tuple[int, GPU], ...]:
+    """A node's GPUs from their rows' values, each with its row id."""
+    out = []
+    for g in rows:
+        nvlink = tuple((int(p[0]), int(p[1])) for p in g.nvlink_peers or ())
+        out.append((g.id, GPU(g.index, g.model, g.memory_mb, g.socket, g.pcie_switch, nvlink)))
+    return tuple(out)
+
+
 def core_job_id(row_id: int) -> str:
     """The core's id of the job stored as JobRow ``row_id``."""
     return str(row_id)
 
 
-def read(engine: Engine, *, now: float) -> Snapshot:
+def read(engine: Engine, *, now: float, gpus: CoreGpus | None = None) -> Snapshot:
     """Load a snapshot in a read-only transaction of its own that sees one consistent store.
 
     PostgreSQL gets ``REPEATABLE READ`` (its default, ``READ COMMITTED``,
     would let a commit land between two of :func:`load`'s queries); a
-    SQLite read transaction sees one snapshot already.
+    SQLite read transaction sees one snapshot already. ``gpus``: see :func:`load`.
     """
     bind = engine
     if engine.dialect.name == "postgresql":
         bind = engine.execution_options(isolation_level="REPEATABLE READ")
     with Session(bind) as session, session.begin():
-        return load(session, now=now)
+        return load(session, now=now, gpus=gpus)
 
 
-def load(session: Session, *, now: float) -> Snapshot:
+def load(session: Session, *, now: float, gpus: CoreGpus | None = None) -> Snapshot:
     """Build the core state of the store's nodes and unfinished jobs (module docstring).
 
     ``now`` is the pass's time (store epoch seconds): the time of the core's
     node-down event and the fallback for times the store lacks. Run it in
     one transaction that sees a consistent store (:func:`read` does).
+    ``gpus`` keeps the nodes' GPUs from load to load (the daemon's); without
+    it every GPU row is read.
     """
     with gc_paused():
-        return _Loader(session, now).run()
+        return _Loader(session, now, gpus if gpus is not None else core_gpus()).run()
 
 
 @dataclass(slots=True)
@@ -202,9 +222,10 @@ def _mode(stored: set[str]) -> ShareMode:
 class _Loader:
     """One :func:`load`: reads the rows, then replays them into a fresh ClusterState."""
 
-    def __init__(self, session: Session, now: float) -> None:
+    def __init__(self, session: Session, now: float, gpus: CoreGpus) -> None:
         self.session = session
         self.now = now
+        self.gpus = gpus
         self.problems: list[str] = []
 
     def run(self) -> Snapshot:
@@ -252,31 +273,24 @@ class _Loader:
         """Nodes by name with their GPUs; GpuRow id -> GPU ref; admin state per node."""
         conn = self.session.connection()
         nodes = sorted(  # by name in code point order, the same on every backend
-            conn.execute(select(NodeRow.id, NodeRow.name, NodeRow.admin_state)).all(),
+            conn.execute(
+                select(
+                    NodeRow.id,
+                    NodeRow.name,
+                    NodeRow.admin_state,
+                    NodeRow.created_at,
+                    NodeRow.inventory,
+                )
+            ).all(),
             key=lambda n: n[1],
         )
-        gpus_of: dict[int, list[tuple[int, GPU]]] = {}
-        for gid, node_id, index, model, memory_mb, socket, switch, peers in conn.execute(
-            select(
-                GpuRow.id,
-                GpuRow.node_id,
-                GpuRow.index,
-                GpuRow.model,
-                GpuRow.memory_mb,
-                GpuRow.socket,
-                GpuRow.pcie_switch,
-                GpuRow.nvlink_peers,
-            ).order_by(GpuRow.node_id, GpuRow.index)
-        ):
-            nvlink = tuple((int(p[0]), int(p[1])) for p in peers or ())
-            gpu = GPU(index, model, memory_mb, socket, switch, nvlink)
-            gpus_of.setdefault(node_id, []).append((gid, gpu))
+        gpus_of = self.gpus.read(conn, {n[0]: (n[3], n[4]) for n in nodes})
         node_ids: dict[str, int] = {}
         gpu_ids: dict[int, GpuRef] = {}
         admin: dict[str, str] = {}
         out: list[Node] = []
-        for node_id, name, admin_state in nodes:
-            gpus = gpus_of.get(node_id, [])
+        for node_id, name, admin_state, _, _ in nodes:
+            gpus = gpus_of[node_id]
             indexes = [g.index for _, g in gpus]
             if indexes != list(range(len(gpus))):
                 self.problems.append(

@@ -20,7 +20,7 @@ from gctl.hosts.ssh import Pool
 from gctl.services import db, jobs
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, JobRow
-from gctl.store.snapshot import core_job_id
+from gctl.store.snapshot import CoreGpus, core_gpus, core_job_id
 
 
 @dataclass
@@ -32,6 +32,7 @@ class _Site:
     policy: SitePolicy = field(default_factory=SitePolicy)
     done: dict[int, float] = field(default_factory=dict)
     fills: Fills = field(init=False)
+    gpus: CoreGpus = field(default_factory=core_gpus)
 
     def __post_init__(self) -> None:
         self.fills = Fills(self.store, Pool())  # no dataset copies made
