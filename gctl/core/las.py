@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -111,10 +111,16 @@ class Levels:
         js.service_base = js.attained_at(now)
         return True
 
-    def describe(self, js: JobState, now: float) -> str:
-        """Where ``js`` stands, for reasons and ``gctl why``: level, service, promotion."""
+    def describe(self, js: JobState, now: float, note: str | None = None) -> str:
+        """Where ``js`` stands, for reasons and ``gctl why``: level, service, promotion.
+
+        ``note`` says why the job's service counts from a later moment, in
+        place of the starvation guard's promotion.
+        """
         hours = js.attained_at(now) / HOUR
         text = f"level {self.level(js, now) + 1} of {self.count}: {hours:.1f} GPU-hours attained"
+        if note:
+            return f"{text}, {note}"
         return text + (", promoted after a long wait" if js.service_base else "")
 
 
@@ -152,6 +158,9 @@ class Ranking:
     waiting: Waiting = field(default_factory=dict, compare=False)
     standings: Standings | None = field(default=None, compare=False)
     """Summaries of the GPU sets kept across passes, if the policy keeps them."""
+    notes: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Why the service of some jobs counts from a later moment, by job id (see
+    :meth:`Levels.describe`)."""
     _keys: dict[str, Key] = field(default_factory=dict, compare=False)
 
     def __call__(self, js: JobState) -> Key:
@@ -189,7 +198,7 @@ class Ranking:
 
     def describe(self, js: JobState) -> str:
         """Where ``js`` stands (see :meth:`Levels.describe`)."""
-        return self.levels.describe(js, self.now)
+        return self.levels.describe(js, self.now, self.notes.get(js.id))
 
 
 _Entry = tuple[float, str, float, float, float]

@@ -31,6 +31,13 @@ def _gandiva_las_fast() -> Policy:
     return GandivaPolicy(reconsider_every=0.0, level_base=40.0, level_factor=3.0, promote_after=2.0)
 
 
+def _gandiva_tail() -> Policy:
+    """The tail guard choosing often, among many jobs (fractions done: :func:`_work_done`)."""
+    return GandivaPolicy(
+        reconsider_every=0.0, level_base=40.0, level_factor=3.0, tail_every=30.0, tail_share=0.5
+    )
+
+
 def _las_fast() -> Policy:
     return LasPolicy(quantum=20.0, level_base=40.0, level_factor=3.0, promote_after=2.0)
 
@@ -50,6 +57,7 @@ def _gandiva_impatient() -> Policy:
 POLICIES: dict[str, Callable[[], Policy]] = {
     "gandiva": _gandiva_default,
     "gandiva-las-fast-levels": _gandiva_las_fast,
+    "gandiva-tail-guard": _gandiva_tail,
     "gandiva-round-robin": gandiva,
     "las": LasPolicy,
     "las-fast-levels": _las_fast,
@@ -272,11 +280,21 @@ def _live(state: ClusterState, status: JobStatus | None) -> list[str]:
     return sorted(j for j, js in state.jobs.items() if status is None or js.status is status)
 
 
+def _work_done(run: Run, job_id: str) -> float | None:
+    """A fraction done for every job, as a driver knows it: job jN has N x 100 GPU-seconds left."""
+    js = run.state.jobs.get(job_id)
+    if js is None:
+        return None
+    attained = js.attained_at(run.now)
+    return attained / (attained + 100.0 * int(job_id[1:]))
+
+
 def run_ops(sizes: list[int], ops: list[tuple[Any, ...]], make: Callable[[], Policy]) -> Run:
     cluster = Cluster(tuple(pcie_node(f"n{i}", s) for i, s in enumerate(sizes)))
     policy = make()
     run = Run(ClusterState(cluster), policy, _max_height(policy))
     state = run.state
+    state.work_done = lambda job_id: _work_done(run, job_id)
     check(run, after_pass=True)
     for op in ops:
         after_pass = False

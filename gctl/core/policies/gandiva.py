@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields, replace
 from operator import itemgetter
 from typing import Any
 
-from gctl.core import elastic, las, migration, packing, placement, starvation, timeslice
+from gctl.core import elastic, las, migration, packing, placement, starvation, tail, timeslice
 from gctl.core.decisions import Decision
 from gctl.core.model import JobStatus
 from gctl.core.policy import PolicyOptionError
@@ -78,6 +78,13 @@ class GandivaConfig:
     level_factor: float = 10.0
     promote_after: float = 8.0
     smaller_first: bool = False
+    tail_guard: bool = True
+    """Keep the jobs whose remaining work outlasts the backlog at the first level
+    (:mod:`gctl.core.tail`), so the last of them does not set the makespan."""
+    tail_share: float = 0.05
+    """The most of the GPUs the jobs the tail guard keeps may hold (the longest always)."""
+    tail_every: float = 3600.0
+    """Seconds between two choices of the jobs the tail guard keeps."""
 
     def __post_init__(self) -> None:
         """Refuse values of the wrong type or outside their range, naming the option."""
@@ -133,6 +140,8 @@ _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
     ("levels", 1.0, False),
     ("level_base", 0.0, True),
     ("promote_after", 0.0, False),
+    ("tail_share", 0.0, False),
+    ("tail_every", 0.0, True),
 )
 """(option, lower bound, whether the bound itself is refused)."""
 
@@ -174,16 +183,61 @@ class GandivaPolicy:
         self._standings = None if self.levels is None else las.Standings()
         self._orders: dict[tuple[int, int], las.Order] = {}
         """Pending buckets in rank order, by priority and size."""
+        self._tail_notes: dict[str, str] = {}
+        """The jobs the tail guard chose at its last check, and why."""
+        self._tail_bases: dict[str, float] = {}
+        """Their service at that check: it counts from there (:meth:`_keep_tail`)."""
+        self._tail_model: ClusterState | None = None
+        """The model that got them last."""
+        self._tail_at = 0.0
 
     def _rank(self, state: ClusterState, now: float) -> las.Ranking | None:
         if self.levels is None:
             return None
         self._waiting = las.forget_finished(self._waiting, state)
-        return las.Ranking(self.levels, now, self._waiting, self._standings)
+        return las.Ranking(self.levels, now, self._waiting, self._standings, self._tail_notes)
+
+    def _keep_tail(self, state: ClusterState, now: float, *, choose: bool = False) -> None:
+        """Count the service of the jobs the tail guard chose from its last check, as a promotion.
+
+        With ``choose``, at most every ``tail_every`` seconds, the guard
+        chooses the critical jobs (:mod:`gctl.core.tail`) and their service
+        counts again from zero, so they go back to the first level. A model
+        gets that once: the daemon loads a fresh one every pass, a simulator
+        keeps its own; a later promotion is never undone.
+        """
+        cfg, promotions = self.config, self._promotions
+        if not cfg.tail_guard or self.levels is None or promotions is None:
+            return
+        if choose and now >= self._tail_at:
+            self._tail_at = now + cfg.tail_every
+            chosen = tail.critical(state, now, cfg.tail_share)
+            self._tail_notes = {j: c.describe() for j, c in chosen.items()}
+            self._tail_bases = {j: state.jobs[j].attained_at(now) for j in chosen}
+            self._tail_model = None
+        if state is self._tail_model:
+            return
+        self._tail_model = state
+        for job_id, base in self._tail_bases.items():
+            js = state.jobs.get(job_id)
+            if js is not None and js.service_base < base:
+                js.service_base = base
+                promotions.promoted += 1
+                self._reranked(js)
+
+    def _reranked(self, js: JobState) -> None:
+        """Rank ``js`` again where the policy keeps ranks: it was promoted."""
+        if js.status is JobStatus.PENDING:
+            order = self._orders.get((int(js.spec.priority), js.spec.gpus))
+            if order is not None:
+                order.rerank(js)
+        elif js.gpus and self._standings is not None:
+            self._standings.forget(js.gpus)
 
     def schedule(self, state: ClusterState, now: float) -> list[Decision]:
         """Reactive pass: hand on freed slices, shrink on demand, place, un-slice, unpack."""
         cfg = self.config
+        self._keep_tail(state, now)
         rank = self._rank(state, now)
         out = timeslice.resume_idle_sets(state, now, rank)
         if cfg.elastic and state.elastic and state.pending:
@@ -322,15 +376,11 @@ class GandivaPolicy:
         more slowly than a quantum.
         """
         cfg = self.config
+        self._keep_tail(state, now, choose=True)
         rank = self._rank(state, now)
-        if self._promotions is not None and self._standings is not None:
+        if self._promotions is not None:
             for js in self._promotions.promote(state, now):
-                if js.status is JobStatus.PENDING:
-                    order = self._orders.get((int(js.spec.priority), js.spec.gpus))
-                    if order is not None:
-                        order.rerank(js)
-                else:
-                    self._standings.forget(js.gpus)
+                self._reranked(js)
         turns_due: list[float] = []
         out = timeslice.resume_idle_sets(state, now, rank)
         freed = self._unstarve(state, now)
