@@ -55,7 +55,7 @@ def _span(seconds: float) -> str:
 
 
 def critical(state: ClusterState, now: float, share: float) -> dict[str, Critical]:
-    """The critical jobs to keep at the first level, longest first (module docstring)."""
+    """The critical jobs the guard chooses, longest first, and why (module docstring)."""
     done = state.work_done
     capacity = sum(ns.node.size for ns in state.nodes.values() if ns.up)
     if done is None or not capacity:

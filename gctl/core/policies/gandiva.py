@@ -17,7 +17,10 @@ period. Each mechanism can be switched off for comparisons.
 Order (``order``): by default least attained service (:mod:`gctl.core.las`)
 decides which member of a time-sliced set runs, which pending job is placed
 first, and which jobs a waiting job that cannot share may displace; waiting
-jobs are promoted after long waits. ``round-robin`` gives Gandiva's turns.
+jobs are promoted after long waits, and every hour the longest jobs whose
+remaining work outlasts the backlog have their service counted from zero
+again (the tail guard, :mod:`gctl.core.tail`). ``round-robin`` gives
+Gandiva's turns.
 Partners (``interference``, on by default): when the driver hands the
 policy an interference predictor (:attr:`ClusterState.interference`), a
 waiting job packs beside, and a job taking its turn pairs with, the partner
@@ -79,12 +82,13 @@ class GandivaConfig:
     promote_after: float = 8.0
     smaller_first: bool = False
     tail_guard: bool = True
-    """Keep the jobs whose remaining work outlasts the backlog at the first level
-    (:mod:`gctl.core.tail`), so the last of them does not set the makespan."""
+    """Every ``tail_every``, count again from zero the service of the jobs whose remaining
+    work outlasts the backlog (:mod:`gctl.core.tail`), so the last of them do not set the
+    makespan."""
     tail_share: float = 0.05
-    """The most of the GPUs the jobs the tail guard keeps may hold (the longest always)."""
+    """The most of the GPUs the jobs the tail guard chooses may hold (the longest always)."""
     tail_every: float = 3600.0
-    """Seconds between two choices of the jobs the tail guard keeps."""
+    """Seconds between two choices of the tail guard."""
 
     def __post_init__(self) -> None:
         """Refuse values of the wrong type or outside their range, naming the option."""
