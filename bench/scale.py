@@ -5,7 +5,8 @@ For each ``--hosts`` count N (default ``10,100``), starts N light hosts with
 sharing ``--engines`` real Docker engines), records them as nodes of 8
 emulated V100s in a fresh store (SQLite, or PostgreSQL with
 ``--postgres``), starts the real ``gctl daemon`` (a child process, default
-periods: 1 s tick, 5 s heartbeat) with ``/metrics``, and measures:
+periods: 1 s tick, 5 s heartbeat, or ``--heartbeat-every``) with
+``/metrics``, and measures:
 
 - start: how long until every node has answered a look (``seen``), and
   how many times a node was marked down meanwhile (``downs``: nodes the
@@ -79,7 +80,7 @@ TESTPG = str(ROOT / "scripts" / "testpg.sh")
 TRAIN = ["python3", "/opt/gctl/train.py", "--steps", "20", "--step-time", "0.1"]
 METRICS_PORT = 9467
 HEARTBEAT = 5.0
-"""The daemon's heartbeat period (its default)."""
+"""The daemon's heartbeat period by default (its own default)."""
 RUN_WAIT = 60.0
 """Seconds the load's jobs get, after the stream, to have all run."""
 
@@ -244,6 +245,7 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     store = light_store(info, url)
     argv = [GCTL, "--db", url, "daemon", "--metrics", f"127.0.0.1:{METRICS_PORT}"]
     argv += ["--state-dir", str(tmp / f"state-{n}"), "--node-timeout", str(args.node_timeout)]
+    argv += ["--heartbeat-every", str(args.heartbeat_every)]
     log = (tmp / f"daemon-{n}.log").open("ab")
     daemon = subprocess.Popen(argv, stdout=log, stderr=log)
     row: dict[str, Any] = {"hosts": n}
@@ -252,7 +254,7 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         while _never_answered(store) and time.monotonic() - began < max(600.0, 2.0 * n):
             time.sleep(0.5)
         row["all_seen_s"] = time.monotonic() - began
-        time.sleep(HEARTBEAT)  # one round after the start's: connections are set up by then
+        time.sleep(args.heartbeat_every)  # one round after the start's: connections are set up
         row["start_downs"] = _downs(store)
         cpu0, t0, idle = _cpu_seconds(daemon.pid), time.monotonic(), _metrics()
         row["idle_round_s"] = _watch_round(store, args.idle)
@@ -315,6 +317,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5.0)
     parser.add_argument("--freeze", type=int, default=0)
     parser.add_argument("--node-timeout", type=float, default=20.0)
+    parser.add_argument("--heartbeat-every", type=float, default=HEARTBEAT)
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument(
         "--keep", action="store_true", help="leave the hosts running, and the store and logs"
