@@ -374,6 +374,15 @@ def test_the_starvation_variant_does_requeue_and_keeps_every_invariant() -> None
     assert run.requeues >= 1
 
 
+def test_the_tail_guard_variant_chooses_jobs_and_keeps_every_invariant() -> None:
+    """The variant is not vacuous: with more jobs than GPUs its guard chooses some."""
+    fill = [("submit", {"gpus": 1, "priority": Priority.NORMAL})] * 6
+    ops = [*fill, ("schedule",), *[("introspect", 60.0)] * 5]
+    run = run_ops([2, 2], ops, _gandiva_tail)
+    assert isinstance(run.policy, GandivaPolicy)
+    assert run.policy._tail_bases  # the jobs it chose, and the service they count from
+
+
 def test_invariant_checker_catches_a_corrupted_state() -> None:
     """The checker is not vacuous: a hand-corrupted load is reported."""
     cluster = Cluster((pcie_node("n0", 4),))

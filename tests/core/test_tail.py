@@ -100,7 +100,8 @@ def test_a_fresh_model_gets_the_chosen_jobs_service_counted_from_the_check() -> 
 
 
 def test_tail_options_are_checked() -> None:
-    with pytest.raises(PolicyOptionError, match="tail_share"):
+    with pytest.raises(PolicyOptionError, match=r"tail_share=-0\.1: must be >= 0"):
         GandivaPolicy(tail_share=-0.1)
-    with pytest.raises(PolicyOptionError, match="tail_every"):
+    with pytest.raises(PolicyOptionError, match=r"tail_every=0\.0: must be > 0"):
         GandivaPolicy(tail_every=0.0)
+    assert GandivaPolicy(tail_share=0.0, tail_every=1.0).config.tail_share == 0.0
