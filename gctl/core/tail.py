@@ -54,8 +54,15 @@ def _span(seconds: float) -> str:
     return f"{seconds / DAY:.1f} days" if seconds >= 2 * DAY else f"{seconds / HOUR:.1f} hours"
 
 
-def critical(state: ClusterState, now: float, share: float) -> dict[str, Critical]:
-    """The critical jobs the guard chooses, longest first, and why (module docstring)."""
+def critical(
+    state: ClusterState, now: float, share: float, at_least: float = 0.0
+) -> dict[str, Critical]:
+    """The critical jobs the guard chooses, longest first, and why (module docstring).
+
+    A job with less than ``at_least`` seconds of work left is never chosen:
+    the policy passes its period between two choices, since a backlog that
+    drains before the next one leaves no long tail to guard against.
+    """
     done = state.work_done
     capacity = sum(ns.node.size for ns in state.nodes.values() if ns.up)
     if done is None or not capacity:
@@ -77,7 +84,7 @@ def critical(state: ClusterState, now: float, share: float) -> dict[str, Critica
     out: dict[str, Critical] = {}
     held = 0
     for remaining, job_id, gpus in sorted(estimates, reverse=True):
-        if remaining < drain:
+        if remaining < max(drain, at_least):
             break
         if out and held + gpus > share * capacity:
             continue

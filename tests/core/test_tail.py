@@ -53,6 +53,16 @@ def test_critical_jobs_hold_at_most_their_share_of_the_gpus_but_the_longest_alwa
     assert list(tail.critical(state, now, 1 / 8)) == ["a"]  # 3 GPUs, over the share: the longest
 
 
+def test_a_job_with_less_work_left_than_the_guards_period_is_never_chosen() -> None:
+    state = new_state(2)
+    put(state, "a", "n0", (0,), now=0.0)  # 1 GPU-h had, 60 % done: 40 min left
+    put(state, "b", "n0", (1,), now=0.0)  # 1 GPU-h had, 80 % done: 15 min left
+    state.work_done = {"a": 0.6, "b": 0.8}.get
+    # Drain: 55 min over 2 GPUs; a outlasts it, but the next check (an hour) comes first.
+    assert tail.critical(state, HOUR, 1.0, at_least=HOUR) == {}
+    assert list(tail.critical(state, HOUR, 1.0, at_least=0.5 * HOUR)) == ["a"]
+
+
 def _stream(guard: bool) -> dict[str, float]:
     """A 20 h job, and 1-GPU jobs of 0.9 h arriving four at a time to keep 4 GPUs busy."""
     jobs = [TraceJob(JobSpec("long", 1, submit_time=0.0), 20 * HOUR)]

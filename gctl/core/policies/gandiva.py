@@ -88,7 +88,8 @@ class GandivaConfig:
     tail_share: float = 0.05
     """The most of the GPUs the jobs the tail guard chooses may hold (the longest always)."""
     tail_every: float = 3600.0
-    """Seconds between two choices of the tail guard."""
+    """Seconds between two choices of the tail guard; a job with less work left than that is
+    never chosen."""
 
     def __post_init__(self) -> None:
         """Refuse values of the wrong type or outside their range, naming the option."""
@@ -215,7 +216,7 @@ class GandivaPolicy:
             return
         if choose and now >= self._tail_at:
             self._tail_at = now + cfg.tail_every
-            chosen = tail.critical(state, now, cfg.tail_share)
+            chosen = tail.critical(state, now, cfg.tail_share, cfg.tail_every)
             self._tail_notes = {j: c.describe() for j, c in chosen.items()}
             self._tail_bases = {j: state.jobs[j].attained_at(now) for j in chosen}
             self._tail_model = None
