@@ -21,9 +21,15 @@ up to :data:`MAX_RETRY`.
 
 :data:`OBSERVERS` threads take the looks due, heartbeats (which renew the
 watchdogs' leases) before the light looks at nodes with jobs, the longest
-due first. A look still running after :data:`STUCK_AFTER` seconds (a host
-that hangs, until its SSH timeout) keeps its thread but gives its place to
-a new one (:mod:`gctl.daemon.deadline_pool`), so hosts that hang, up to
+due first. A heartbeat is started when it is due by a thread of the
+watch's own, not at the daemon's next tick, which under load at a
+thousand nodes can come seconds later; and each node's heartbeats are
+planned a period apart less how late they lately began (in a queue behind
+other looks), so the time between two stays within the period.
+
+A look still running after :data:`STUCK_AFTER` seconds (a host that
+hangs, until its SSH timeout) keeps its thread but gives its place to a
+new one (:mod:`gctl.daemon.deadline_pool`), so hosts that hang, up to
 :data:`THREADS` less :data:`OBSERVERS` at once, never hold up the looks at
 the others, nor the leases of their watchdogs. (Not at the deadline: under
 load, looks slower than that are many, and a thread for each would only
@@ -38,8 +44,10 @@ containers stopped before it gets any new work.
 
 from __future__ import annotations
 
+import heapq
+import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -65,6 +73,8 @@ STUCK_AFTER = 10.0
 """Seconds after which a look still running is taken as stuck, and its thread's place given."""
 MAX_RETRY = 30.0
 """Longest wait between two looks at a node that keeps failing them (the back-off's cap)."""
+MAX_LATE = 0.2
+"""Most share of the period by which heartbeats are planned early (:meth:`Watch._plan`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,17 @@ class JobHere:
     attempt: int
     home: bool
     """Whether this node holds the job directory that counts (the job's first node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """What the watch's last :meth:`Watch.look` was given: the nodes, and which are fast."""
+
+    nodes: Mapping[str, NodeRow]
+    gpus: hostops.NodeGpus
+    jobs: Mapping[str, list[JobHere]]
+    fast: Collection[str]
+    """Nodes whose full looks the daemon's tick starts (rate control, GPU memory limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,10 +271,24 @@ class Watch:
         self._light: set[str] = set()
         """Nodes whose running look is a light one (no heartbeat)."""
         self._next_full: dict[str, float] = {}
+        self._plans: list[tuple[float, str]] = []
+        """A heap of (monotonic time, node): when heartbeats were planned (stale ones skipped)."""
+        self._due: dict[Task[Observation], float] = {}
+        """When each running full look was due (0 for a node's first)."""
+        self._finished: list[tuple[str, Task[Observation]]] = []
+        """Looks that ended, taken off ``_running`` for a new one before :meth:`collect` came."""
+        self._late_now = self._late_before = 0.0
+        self._late_since = time.monotonic()
+        self._given = _Given({}, {}, {}, set())
+        self._closed = False
+        self._lock = threading.Condition()
+        """Held by :meth:`look`, :meth:`collect`, :meth:`overdue` and the heartbeat thread."""
         self._failures: dict[str, int] = {}
         self._since = time.monotonic()
         self._never_seen: set[str] | None = None
         self._pool = DeadlinePool(OBSERVERS, THREADS, "gctl-watch")
+        self._beats = threading.Thread(target=self._beat, name="gctl-heartbeats", daemon=True)
+        self._beats.start()
 
     @property
     def blocked(self) -> set[str]:
@@ -287,95 +322,168 @@ class Watch:
         Nodes with opportunistic jobs under rate control get a full look every
         ``control_every`` seconds, carrying their throttle settings; so do the
         ``urgent`` nodes (a job above its GPU memory limit), without them.
+        Between two calls, the heartbeats of the other nodes start when due,
+        on a thread of the watch's own, with what this call was given.
         """
         controlled = throttles.fast() if throttles is not None else set()
         fast = controlled | set(urgent)
-        mono = time.monotonic()
-        if self._never_seen is None:
-            self._never_seen = set(nodes)
-        for name in nodes.keys() - self._known:
-            self.unreconciled.add(name)  # first seen: reconciled before any work
-        self._known = set(nodes)
-        for name in list(self.latest):
-            if name not in nodes:  # removed from the store
-                self.latest.pop(name)
-                self.site.agents.forget(name)
-                self.samples.pop(name, None)
-                self.not_responding.discard(name)
-                self.unreconciled.discard(name)
-        for name, row in nodes.items():
-            running = self._running.get(name)
-            if running is not None and (name not in self._light or running.began is not None):
-                continue
-            due = self._next_full.get(name, 0.0)
-            full = mono >= due
-            if name in fast and name not in self._failures:
-                full = full or mono >= self._last_full.get(name, 0.0) + self.control_every
-            if running is not None and not (full and running.future.cancel()):
-                continue  # a light look still queued gives its place to a heartbeat only
-            here = jobs.get(name, [])
-            if not full and (not here or name in self._failures):
-                continue
-            if not full:
-                self._light.add(name)
-            else:
-                self._light.discard(name)
-                failed = self._failures.get(name, 0)
-                wait = min(MAX_RETRY, self.heartbeat_every * 2 ** max(0, failed - 1))
-                self._next_full[name] = mono + (wait if failed else self.heartbeat_every)
-                self._last_full[name] = mono
-            settings = None
-            if full and throttles is not None and name in controlled:
-                settings = throttles.requests(name, hostops.docker_argv(row))
-            self._running[name] = self._pool.submit(
-                (not full, due),
-                partial(
-                    observe,
-                    self.site,
-                    row,
-                    here,
-                    full=full,
-                    lease_timeout=self.lease_timeout,
-                    seq=self.inflight.seq(name),
-                    gpus=gpus.get(name, ()),
-                    throttles=settings,
-                ),
-            )
+        with self._lock:
+            mono = time.monotonic()
+            if self._never_seen is None:
+                self._never_seen = set(nodes)
+            for name in nodes.keys() - self._known:
+                self.unreconciled.add(name)  # first seen: reconciled before any work
+            self._known = set(nodes)
+            for name in list(self.latest):
+                if name not in nodes:  # removed from the store
+                    self.latest.pop(name)
+                    self.site.agents.forget(name)
+                    self.samples.pop(name, None)
+                    self.not_responding.discard(name)
+                    self.unreconciled.discard(name)
+            self._given = _Given(nodes, gpus, jobs, fast)
+            for name, row in nodes.items():
+                settings = None
+                if throttles is not None and name in controlled:
+                    settings = partial(throttles.requests, name, hostops.docker_argv(row))
+                self._start(name, mono, settings)
+            self._lock.notify()
+
+    def _start(
+        self, name: str, mono: float, settings: Callable[[], list[dict[str, Any]]] | None = None
+    ) -> None:
+        """Start a look at node ``name`` if one is due and none runs (under the lock).
+
+        ``settings`` gives the throttle settings a full look carries (nodes
+        under rate control).
+        """
+        given = self._given
+        row = given.nodes[name]
+        running = self._running.get(name)
+        if running is not None and running.future.done():  # kept for collect: it is not running
+            self._finished.append((name, running))
+            del self._running[name]
+            self._light.discard(name)
+            running = None
+        if running is not None and (name not in self._light or running.began is not None):
+            return
+        due = self._next_full.get(name, 0.0)
+        full = mono >= due
+        if name in given.fast and name not in self._failures:
+            full = full or mono >= self._last_full.get(name, 0.0) + self.control_every
+        if running is not None and not (full and running.future.cancel()):
+            return  # a light look still queued gives its place to a heartbeat only
+        here = given.jobs.get(name, [])
+        if not full and (not here or name in self._failures):
+            return
+        if not full:
+            self._light.add(name)
+        else:
+            self._light.discard(name)
+            self._last_full[name] = mono
+            self._plan(name, mono, due)
+        task = self._running[name] = self._pool.submit(
+            (not full, due),
+            partial(
+                observe,
+                self.site,
+                row,
+                here,
+                full=full,
+                lease_timeout=self.lease_timeout,
+                seq=self.inflight.seq(name),
+                gpus=given.gpus.get(name, ()),
+                throttles=settings() if full and settings is not None else None,
+            ),
+        )
+        if full:
+            self._due[task] = due
+
+    def _plan(self, name: str, mono: float, due: float) -> None:
+        """When the node's next heartbeat is due, a full look at it starting now.
+
+        A node that answers is due again a period after this look was due
+        (not after it started, which is later; but after it started when it
+        came early or very late), less the latest lateness of
+        the heartbeats (:meth:`_late_by`), so that the time between two of
+        its heartbeats stays within the period. One whose looks keep failing
+        waits twice as long each time, up to :data:`MAX_RETRY`.
+        """
+        failed = self._failures.get(name, 0)
+        if failed:
+            at = mono + min(MAX_RETRY, self.heartbeat_every * 2 ** max(0, failed - 1))
+        else:
+            period = self.heartbeat_every - self._late_by(mono)
+            on_time = 0.0 <= mono - due < period / 2  # not early, as rate control's looks are
+            at = due + period if on_time else mono + period
+        self._next_full[name] = at
+        heapq.heappush(self._plans, (at, name))
+
+    def _late_by(self, mono: float) -> float:
+        """How late the heartbeats began lately (the most over one or two periods), capped."""
+        if mono - self._late_since >= self.heartbeat_every:
+            self._late_before, self._late_now, self._late_since = self._late_now, 0.0, mono
+        return min(MAX_LATE * self.heartbeat_every, max(self._late_now, self._late_before))
+
+    def _beat(self) -> None:
+        """The heartbeat thread: start each node's heartbeat when due, between two :meth:`look`."""
+        with self._lock:
+            while not self._closed:
+                mono = time.monotonic()
+                plans = self._plans
+                while plans and plans[0][0] <= mono:
+                    at, name = heapq.heappop(plans)
+                    given = self._given
+                    planned = self._next_full.get(name) == at
+                    if planned and name in given.nodes and name not in given.fast:
+                        self._start(name, mono)
+                self._lock.wait(plans[0][0] - mono if plans else None)
 
     def collect(self) -> list[Observation]:
         """The observations that ended since the last call (the node's latest is kept)."""
         out: list[Observation] = []
-        for name, running in list(self._running.items()):
-            if not running.future.done():
-                continue
-            del self._running[name]
-            self._light.discard(name)
-            got = running.future.result()
-            out.append(got)
-            if got.error is None:
-                self._failures.pop(name, None)
-                if name in self.not_responding:
-                    self.not_responding.discard(name)
-                    self.unreconciled.add(name)  # back: reconciled before new work
-                self.latest[name] = got
-                if got.sample is not None:
-                    self.samples[name] = got.sample
-            else:
-                self.not_responding.add(name)
-                self._failures[name] = self._failures.get(name, 0) + 1
+        with self._lock:
+            ended, self._finished = self._finished, []
+            for name, running in list(self._running.items()):
+                if running.future.done():
+                    del self._running[name]
+                    self._light.discard(name)
+                    ended.append((name, running))
+            for name, running in ended:
+                got = running.future.result()
+                out.append(got)
+                self._ended(name, running, got)
         return out
+
+    def _ended(self, name: str, running: Task[Observation], got: Observation) -> None:
+        """Take in a look that ended: the node's state, and how late a heartbeat began."""
+        due = self._due.pop(running, 0.0)
+        if got.full and due > 0.0 and running.began is not None:
+            self._late_now = max(self._late_now, running.began - due)
+        if got.error is None:
+            self._failures.pop(name, None)
+            if name in self.not_responding:
+                self.not_responding.discard(name)
+                self.unreconciled.add(name)  # back: reconciled before new work
+            self.latest[name] = got
+            if got.sample is not None:
+                self.samples[name] = got.sample
+        else:
+            self.not_responding.add(name)
+            self._failures[name] = self._failures.get(name, 0) + 1
 
     def overdue(self) -> dict[str, float]:
         """Nodes whose running observation is past its deadline, with how long it has run."""
         mono = time.monotonic()
         late: dict[str, float] = {}
         stuck = max(self.answer_within, self.stuck_after)
-        for name, task in self._running.items():
-            seconds = task.late(mono, self.answer_within)
-            if seconds is not None:
-                late[name] = seconds
-                if seconds > stuck:
-                    self._pool.release(task)
+        with self._lock:
+            for name, task in self._running.items():
+                seconds = task.late(mono, self.answer_within)
+                if seconds is not None:
+                    late[name] = seconds
+                    if seconds > stuck:
+                        self._pool.release(task)
         self.not_responding.update(late)
         return late
 
@@ -389,10 +497,16 @@ class Watch:
         got = self.latest.get(name)
         if got is None or name in self._running or name in self.not_responding:
             return None
+        if any(n == name for n, _ in self._finished):  # a newer one, not collected yet
+            return None
         if self.inflight.seq(name) != got.seq or name in self.inflight.busy_nodes:
             return None
         return got
 
     def close(self) -> None:
         """Stop observing; looks still running end on their own (their SSH timeouts)."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+        self._beats.join()
         self._pool.close()
