@@ -93,7 +93,10 @@ RECORD_EVERY = 0.25
 PARALLEL = 32
 """Lanes of host actions carried out at once (see :mod:`gctl.daemon.lanes`)."""
 APPLY_WITHIN = 0.5
-"""Seconds a pass waits for its placements and freezes before it moves on."""
+"""Seconds a pass waits for its placements and freezes before it moves on.
+
+A start that takes longer is recorded as soon as it ends all the same
+(:meth:`Applier._act`)."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 
@@ -282,7 +285,9 @@ class Applier:
         recorded every :data:`RECORD_EVERY` seconds while the rest goes on.
         Past :data:`APPLY_WITHIN` seconds the pass moves on: actions not
         begun are dropped (decided again next pass), and those still running
-        are recorded when they end, their jobs and GPUs busy meanwhile.
+        are recorded each as it ends (the daemon collects its work in flight
+        at every tick and while it waits for the next), their jobs and GPUs
+        busy until the last has.
         """
         ids = self.snap.job_ids
         steps: list[lanes.Step[Batched]] = []
@@ -311,6 +316,7 @@ class Applier:
             gpus,
             nodes,
             done=lambda _: self._outcomes(running.take(), Applied()),
+            progress=lambda: self._outcomes(running.take(), Applied()),  # each as it ends
         )
         self._busy_jobs |= jobs
         self._busy_gpus |= gpus

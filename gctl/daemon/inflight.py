@@ -6,12 +6,14 @@ pass moved on) runs on a thread here. While it runs, its jobs, GPUs and
 nodes are *busy*: decisions that touch them wait for a later pass, so
 nothing is decided twice and no GPU is given to a job before the last one's
 container has left it. When it ends, its ``done`` callback runs on the
-tick's thread (:meth:`Inflight.collect`), which records the outcome.
+tick's thread (:meth:`Inflight.collect`), which records the outcome; work
+done in parts (a batch of container starts) records each part as it ends.
 
 Each node also has an action count, raised when an action on it starts and
-when it ends: an observation of the node's containers taken while the count
-changed may predate what the daemon did there, and is not trusted to
-reconcile the node.
+when it ends (and when :meth:`Inflight.collect` sees it end): an
+observation of the node's containers taken while the count changed may
+predate what the daemon did there, and is not trusted to reconcile the
+node.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class Work:
     gpus: frozenset[GpuRef]
     nodes: frozenset[str]
     done: Callable[[Future[Any]], None] | None = None
+    progress: Callable[[], None] | None = None
+    """Run by :meth:`Inflight.collect` while the work runs: records the part of it done."""
     began: float = field(default_factory=time.monotonic)
 
 
@@ -86,12 +90,15 @@ class Inflight:
         gpus: Iterable[GpuRef] = (),
         nodes: Iterable[str] = (),
         done: Callable[[Future[Any]], None] | None = None,
+        progress: Callable[[], None] | None = None,
     ) -> Work:
-        """Keep ``future`` (started elsewhere) as busy work until it ends."""
-        work = Work(
-            what, future, frozenset(jobs), frozenset(gpus), frozenset(nodes) | {n for n, _ in gpus}
-        )
-        work.done = done
+        """Keep ``future`` (started elsewhere) as busy work until :meth:`collect` sees it end.
+
+        Its nodes' action count is raised then: a look begun while it ran
+        may predate what it did there.
+        """
+        node_set = frozenset(nodes) | {n for n, _ in gpus}
+        work = Work(what, future, frozenset(jobs), frozenset(gpus), node_set, done, progress)
         with self._lock:
             self._works.append(work)
         return work
@@ -117,10 +124,22 @@ class Inflight:
             return self._seq[node]
 
     def collect(self) -> list[Work]:
-        """The work that ended since the last call, its ``done`` run here (errors logged)."""
+        """The work that ended since the last call, its ``done`` run here (errors logged).
+
+        The ``progress`` of the work still running is run first.
+        """
         with self._lock:
             ended = [w for w in self._works if w.future.done()]
             self._works = [w for w in self._works if not w.future.done()]
+            going = [w for w in self._works if w.progress is not None]
+            for work in ended:  # no longer busy: a look begun before now is not trusted
+                for node in work.nodes:
+                    self._seq[node] += 1
+        for work in going:
+            try:
+                work.progress()  # type: ignore[misc]
+            except Exception:  # as a done's below
+                log.exception("recording part of %s failed", work.what)
         for work in ended:
             if work.done is None:
                 if work.future.exception() is not None:

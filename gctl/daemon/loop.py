@@ -256,7 +256,8 @@ class Daemon:
                 took = time.monotonic() - started
                 self.metrics.ticked(took)
                 slow.note(took, loop.steps)
-                _wait(store, stop, started + cfg.tick, seen, rest=time.thread_time() - cpu)
+                rest = time.thread_time() - cpu
+                _wait(store, stop, started + cfg.tick, seen, inflight, rest=rest)
             loop.stand_down()
         except StoreBroken:
             loop.stand_down()  # the jobs keep running; a daemon on a sound store takes them on
@@ -529,9 +530,18 @@ def _arrivals(store: Store) -> Arrivals:
 
 
 def _wait(
-    store: Store, stop: threading.Event, until: float, seen: Arrivals, rest: float = 0.0
+    store: Store,
+    stop: threading.Event,
+    until: float,
+    seen: Arrivals,
+    inflight: Inflight,
+    rest: float = 0.0,
 ) -> None:
     """Sleep until ``until`` (monotonic), ``stop``, or a new job or intent in the store.
+
+    Host work that ends meanwhile is collected (:meth:`Inflight.collect`):
+    a container start that outlasted its pass is recorded as it ends, not
+    at the next tick.
 
     A new job or intent ends the wait only after ``rest`` seconds (the CPU
     time the last tick took): a stream of submissions, each waking a tick,
@@ -545,6 +555,7 @@ def _wait(
     while (left := until - time.monotonic()) > 0:
         if stop.wait(min(left, WAKE_POLL)):
             return
+        inflight.collect()
         if time.monotonic() < calm:
             continue
         try:

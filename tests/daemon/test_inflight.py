@@ -34,7 +34,7 @@ def test_work_keeps_its_jobs_gpus_and_nodes_busy_until_collected() -> None:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert recorded == ["moved"]
-        assert inflight.seq("n1") == before + 2  # and ended
+        assert inflight.seq("n1") == before + 3  # and ended, and was seen to end
         assert inflight.busy_jobs == set() and inflight.busy_gpus == set()
     finally:
         inflight.close()
@@ -63,3 +63,28 @@ def test_acting_counts_as_an_action_on_its_nodes() -> None:
         assert inflight.seq("n1") == before + 1
     assert inflight.seq("n1") == before + 2 and inflight.seq("n2") == 0
     inflight.close()
+
+
+def test_tracked_work_records_its_parts_as_they_end_and_its_end_seen_is_an_action() -> None:
+    inflight = Inflight()
+    future: Future[str] = Future()
+    parts: list[str] = []
+    ended: list[str] = []
+    try:
+        inflight.track(
+            "two starts",
+            future,
+            jobs=[1, 2],
+            nodes=["n1"],
+            done=lambda f: ended.append(f.result()),
+            progress=lambda: parts.append("part"),
+        )
+        before = inflight.seq("n1")  # a look may begin now, while the starts run
+        assert inflight.collect() == [] and parts == ["part"] and ended == []
+        assert inflight.busy_jobs == {1, 2} and inflight.seq("n1") == before
+        future.set_result("both")
+        assert len(inflight.collect()) == 1 and ended == ["both"] and parts == ["part"]
+        # the look begun while they ran predates them: it is not trusted
+        assert inflight.seq("n1") == before + 1 and inflight.busy_nodes == set()
+    finally:
+        inflight.close()

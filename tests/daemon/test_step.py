@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from gctl.daemon.inflight import Inflight
 from gctl.daemon.loop import _arrivals, _SlowTicks, _Steps, _wait
 from gctl.services import db, jobs, specs
 
@@ -75,13 +76,32 @@ def test_a_new_job_wakes_the_loop_after_a_rest_as_long_as_the_last_tick(tmp_path
     seen = _arrivals(store)
     jobs.submit(store, [specs.build(image="img", command=["true"], gpus=1)])
     stop = threading.Event()
+    inflight = Inflight()
     began = time.monotonic()
-    _wait(store, stop, began + 10.0, seen)  # a quick last tick: woken at once
+    _wait(store, stop, began + 10.0, seen, inflight)  # a quick last tick: woken at once
     assert time.monotonic() - began < 1.0
     began = time.monotonic()
-    _wait(store, stop, began + 10.0, seen, rest=1.5)  # a slow one: woken after the rest
+    _wait(store, stop, began + 10.0, seen, inflight, rest=1.5)  # a slow one: after the rest
     assert 1.5 <= time.monotonic() - began < 3.0
     threading.Timer(0.3, stop.set).start()  # a stop is never held back by the rest
     began = time.monotonic()
-    _wait(store, stop, began + 10.0, seen, rest=5.0)
+    _wait(store, stop, began + 10.0, seen, inflight, rest=5.0)
     assert time.monotonic() - began < 1.0
+    inflight.close()
+
+
+def test_host_work_that_ends_while_the_loop_waits_is_recorded_then(tmp_path: Path) -> None:
+    store = db.connect(str(tmp_path / "gctl.db"))
+    db.upgrade(store)
+    inflight = Inflight()
+    recorded: list[float] = []
+    inflight.submit(
+        "a start past its pass",
+        lambda: time.sleep(0.3),
+        done=lambda _: recorded.append(time.monotonic()),
+    )
+    began = time.monotonic()
+    _wait(store, threading.Event(), began + 2.0, _arrivals(store), inflight)
+    inflight.close()
+    [at] = recorded
+    assert at - began < 0.3 + 0.2  # when it ended, not at the next tick (2 s)
