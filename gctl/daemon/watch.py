@@ -350,17 +350,24 @@ class Watch:
             self._lock.notify()
 
     def _start(
-        self, name: str, mono: float, settings: Callable[[], list[dict[str, Any]]] | None = None
+        self,
+        name: str,
+        mono: float,
+        settings: Callable[[], list[dict[str, Any]]] | None = None,
+        *,
+        beat: bool = False,
     ) -> None:
         """Start a look at node ``name`` if one is due and none runs (under the lock).
 
         ``settings`` gives the throttle settings a full look carries (nodes
-        under rate control).
+        under rate control). The tick starts no look at a node whose last
+        one it has not collected yet, so that reconcile, between two of its
+        looks, may trust the last; a heartbeat due (``beat``) starts anyway.
         """
         given = self._given
         row = given.nodes[name]
         running = self._running.get(name)
-        if running is not None and running.future.done():  # kept for collect: it is not running
+        if beat and running is not None and running.future.done():  # kept for collect
             self._finished.append((name, running))
             del self._running[name]
             self._light.discard(name)
@@ -436,7 +443,7 @@ class Watch:
                     given = self._given
                     planned = self._next_full.get(name) == at
                     if planned and name in given.nodes and name not in given.fast:
-                        self._start(name, mono)
+                        self._start(name, mono, beat=True)
                 self._lock.wait(plans[0][0] - mono if plans else None)
 
     def collect(self) -> list[Observation]:
