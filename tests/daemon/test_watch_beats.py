@@ -8,6 +8,7 @@ heartbeats at real hosts are tested in ``tests/hosts``.
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -77,7 +78,7 @@ def test_heartbeats_start_when_due_though_the_ticks_come_seconds_apart(
     for name in ("a", "b", "busy"):
         gaps = _gaps(begun[name])
         assert len(gaps) >= 6, (name, begun[name])
-        assert max(gaps) <= 0.5 + 0.05, (name, gaps)
+        assert max(gaps) <= 0.5 + 0.25, (name, gaps)  # not a tick apart (1.3 s)
 
 
 def test_the_tick_leaves_a_look_ended_for_collect_so_that_reconcile_may_trust_it(
@@ -94,6 +95,7 @@ def test_the_tick_leaves_a_look_ended_for_collect_so_that_reconcile_may_trust_it
         assert watch.trusted("busy") is got  # no look runs: reconcile may act on it
         watch.look(rows, {}, jobs)  # the tick after: a light look
         assert watch.trusted("busy") is None
+        time.sleep(4 * LOOK_S)  # begun before the watch closes
     finally:
         watch.close()
     assert [full for _, full in begun["busy"]] == [True, False]
@@ -115,9 +117,10 @@ def test_heartbeats_queued_behind_others_are_planned_early_to_stay_a_period_apar
     # from the third heartbeat on: the first two are planned before any lateness is known
     gaps = [g for name in "abcd" for g in _gaps(begun[name], skip=2)]
     assert len(gaps) >= 12, begun
-    assert max(gaps) <= period, gaps
-    # early by the lateness seen (3 looks at most), not by more
-    assert min(gaps) >= period - 4 * LOOK_S - 0.05, gaps
+    # planned early by the lateness seen (3 looks), so within the period with room to spare
+    assert statistics.mean(gaps) <= period - 2 * LOOK_S, gaps
+    assert max(gaps) <= period + 0.05, gaps
+    assert min(gaps) >= period * (1 - watch_module.MAX_LATE) - 0.05, gaps  # never earlier
 
 
 def test_a_node_removed_gets_no_heartbeat_after(
