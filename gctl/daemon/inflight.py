@@ -131,15 +131,15 @@ class Inflight:
         with self._lock:
             ended = [w for w in self._works if w.future.done()]
             self._works = [w for w in self._works if not w.future.done()]
-            going = [w for w in self._works if w.progress is not None]
+            going = [(w.what, w.progress) for w in self._works if w.progress is not None]
             for work in ended:  # no longer busy: a look begun before now is not trusted
                 for node in work.nodes:
                     self._seq[node] += 1
-        for work in going:
+        for what, progress in going:
             try:
-                work.progress()  # type: ignore[misc]
+                progress()
             except Exception:  # as a done's below
-                log.exception("recording part of %s failed", work.what)
+                log.exception("recording part of %s failed", what)
         for work in ended:
             if work.done is None:
                 if work.future.exception() is not None:
