@@ -309,14 +309,13 @@ class Applier:
         self._outcomes(running.take(), out)
         jobs = {ids[step.item.job_id] for step in late}
         gpus = {g for step in late for g in self._holds.get(step.item.job_id, ())}
+
+        def record(_: object = None) -> None:
+            self._outcomes(running.take(), Applied())
+
+        # recorded each as it ends (progress), the last when the batch has (done)
         self.inflight.track(
-            f"{len(late)} start(s) past the pass",
-            running.future,
-            jobs,
-            gpus,
-            nodes,
-            done=lambda _: self._outcomes(running.take(), Applied()),
-            progress=lambda: self._outcomes(running.take(), Applied()),  # each as it ends
+            f"{len(late)} start(s) past the pass", running.future, jobs, gpus, nodes, record, record
         )
         self._busy_jobs |= jobs
         self._busy_gpus |= gpus

@@ -10,8 +10,8 @@ tick's thread (:meth:`Inflight.collect`), which records the outcome; work
 done in parts (a batch of container starts) records each part as it ends.
 
 Each node also has an action count, raised when an action on it starts and
-when it ends (and when :meth:`Inflight.collect` sees it end): an
-observation of the node's containers taken while the count changed may
+when the daemon sees it end (:meth:`Inflight.collect`, or leaving
+:meth:`Inflight.acting`): an observation of the node's containers taken while the count changed may
 predate what the daemon did there, and is not trusted to reconcile the
 node.
 """
@@ -73,14 +73,7 @@ class Inflight:
         """Run ``fn`` on a thread; ``done`` gets its future on the tick's thread when it ends."""
         node_set = frozenset(nodes) | {n for n, _ in gpus}
         self._bump(node_set)
-
-        def run() -> Any:
-            try:
-                return fn()
-            finally:
-                self._bump(node_set)
-
-        return self.track(what, self._pool.submit(run), jobs, gpus, node_set, done)
+        return self.track(what, self._pool.submit(fn), jobs, gpus, node_set, done)
 
     def track(
         self,
