@@ -37,8 +37,20 @@ def light() -> Iterator[dict[str, Any]]:
 
 
 def _sshd_pids() -> list[int]:
+    """The light hosts' sshd listeners, not the children a connection forks (while they last)."""
     found = subprocess.run(["pgrep", "-f", f"sshd -f {DIR}/s"], capture_output=True, text=True)
-    return [int(pid) for pid in found.stdout.split()]
+    pids = {int(pid) for pid in found.stdout.split()}
+    parents = {pid: _parent(pid) for pid in pids}
+    return sorted(pid for pid, parent in parents.items() if parent not in pids | {None})
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of ``pid``, or None once it has ended (no longer counted)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def _sshd_count() -> int:
