@@ -29,7 +29,7 @@ import dataclasses
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
@@ -64,7 +64,7 @@ from gctl.core.decisions import (
     Suspend,
     Unpack,
 )
-from gctl.core.model import GpuRef
+from gctl.core.model import GpuRef, ShareMode
 from gctl.daemon import lanes, moves, startfail
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Launch, Site, job_gpus, job_nodes, launches, share_gpus
@@ -297,6 +297,7 @@ class Applier:
             rows = self._node_rows(s, batch)
             for d in batch:
                 steps.append(self._step(s, d, placing, attempts, rows))
+        steps = after_freezes(batch, steps, self._holds)
         nodes = {n for step in steps for n in step.nodes}
         running = lanes.LaneRun(steps, workers=PARALLEL)
         until = time.monotonic() + APPLY_WITHIN
@@ -587,6 +588,34 @@ class _Records:
         _executemany(conn, insert(JobStateRow), self.history)
         user = events.author(s)
         _executemany(conn, insert(EventRow), [{**e, "user": user} for e in self.events])
+
+
+def after_freezes(
+    batch: Sequence[Batched],
+    steps: Sequence[lanes.Step[Batched]],
+    holds: Mapping[str, tuple[GpuRef, ...]],
+) -> list[lanes.Step[Batched]]:
+    """``steps`` with each time-sliced placement put in the lane of the freeze it follows.
+
+    A time-sliced ``Place`` comes with the ``Suspend`` of the job running on
+    its GPUs (``holds``: what each job holds). Run side by side, the pass
+    could stop waiting with the placement begun and the freeze not (it waits
+    for that job's own start, say): dropped, while the new job starts beside
+    a job that was never frozen, the two sharing a GPU unrecorded as a pack.
+    In the freeze's lane the placement begins only after it, is dropped with
+    it, and is skipped when it fails, to be decided again next pass.
+    """
+    freezing: dict[GpuRef, Hashable] = {}
+    out: list[lanes.Step[Batched]] = []
+    for d, step in zip(batch, steps, strict=True):
+        if isinstance(d, Place) and d.mode is ShareMode.TIMESLICED:
+            lead = next((freezing[g] for g in d.gpus if g in freezing), None)
+            if lead is not None:
+                step = dataclasses.replace(step, job=lead)
+        elif isinstance(d, Suspend):
+            freezing.update(dict.fromkeys(holds.get(d.job_id, ()), step.job))
+        out.append(step)
+    return out
 
 
 def _batched(d: Decision) -> bool:

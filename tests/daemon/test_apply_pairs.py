@@ -1,0 +1,57 @@
+"""A time-sliced placement and the freeze that hands it its GPUs: one lane, dropped together."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from gctl.core.decisions import Place, Suspend
+from gctl.core.model import ShareMode
+from gctl.daemon import lanes
+from gctl.daemon.apply import Batched, after_freezes
+from gctl.daemon.lanes import Step
+
+GPU0 = (("n1", 0),)
+
+
+def _steps(start_a: Callable[[], None]) -> tuple[list[Batched], list[Step[Batched]]]:
+    """Job a placed on n1:0 and frozen there; job b time-sliced onto it; job c elsewhere."""
+    batch: list[Batched] = [
+        Place("a", GPU0, ShareMode.EXCLUSIVE, "free"),
+        Place("c", (("n1", 1),), ShareMode.EXCLUSIVE, "free"),
+        Suspend("a", "time slice handed to new job b"),
+        Place("b", GPU0, ShareMode.TIMESLICED, "time-slicing"),
+    ]
+    noop: Callable[[], None] = lambda: None  # noqa: E731
+    actions = [start_a, noop, noop, noop]
+    steps = [Step(d, d.job_id, ("n1",), act) for d, act in zip(batch, actions, strict=True)]
+    return batch, steps
+
+
+def test_a_time_sliced_placement_goes_after_the_freeze_of_the_job_on_its_gpus() -> None:
+    batch, steps = _steps(lambda: None)
+    paired = after_freezes(batch, steps, {"a": GPU0})
+    split = [[step.item.job_id for _, step in lane] for lane in lanes.lanes(paired)]
+    assert split == [["a", "a", "b"], ["c"]]
+    # a placement with nothing frozen on its GPUs keeps its own lane
+    alone = after_freezes(batch[:2] + batch[3:], steps[:2] + steps[3:], {"a": GPU0})
+    assert [[s.item.job_id for _, s in lane] for lane in lanes.lanes(alone)] == [
+        ["a"],
+        ["c"],
+        ["b"],
+    ]
+
+
+def test_a_pass_that_stops_before_the_freeze_drops_the_placement_with_it() -> None:
+    release = threading.Event()
+    batch, steps = _steps(lambda: release.wait(5.0) and None)
+    run = lanes.LaneRun(after_freezes(batch, steps, {"a": GPU0}), workers=4)
+    done = run.take(0.2)  # a's start still runs when the pass stops waiting
+    running = run.cancel()
+    release.set()
+    run.future.result(5.0)
+    done += run.take()
+    outcome = {(type(d.item).__name__, d.item.job_id): d.skipped for d in done}
+    assert [s.item.job_id for s in running] == ["a"]
+    assert outcome[("Suspend", "a")] and outcome[("Place", "b")]  # neither begun
+    assert not outcome[("Place", "c")] and not outcome[("Place", "a")]
