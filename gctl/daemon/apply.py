@@ -604,18 +604,33 @@ def after_freezes(
     a job that was never frozen, the two sharing a GPU unrecorded as a pack.
     In the freeze's lane the placement begins only after it, is dropped with
     it, and is skipped when it fails, to be decided again next pass.
+
+    The two jobs' lanes become one, and so on along a chain: a job placed
+    and handed a time slice in one pass, then frozen for a third job, keeps
+    its placement, its freeze and the third job's placement in one lane in
+    that order (its freeze must not be carried out, and recorded, before
+    its start, which may fail).
     """
+    parent: dict[Hashable, Hashable] = {}
+
+    def root(job: Hashable) -> Hashable:
+        while (up := parent.get(job, job)) != job:
+            parent[job] = parent.get(up, up)
+            job = up
+        return job
+
     freezing: dict[GpuRef, Hashable] = {}
-    out: list[lanes.Step[Batched]] = []
     for d, step in zip(batch, steps, strict=True):
         if isinstance(d, Place) and d.mode is ShareMode.TIMESLICED:
             lead = next((freezing[g] for g in d.gpus if g in freezing), None)
-            if lead is not None:
-                step = dataclasses.replace(step, job=lead)
+            if lead is not None and root(step.job) != root(lead):
+                parent[root(step.job)] = root(lead)
         elif isinstance(d, Suspend):
             freezing.update(dict.fromkeys(holds.get(d.job_id, ()), step.job))
-        out.append(step)
-    return out
+    return [
+        step if root(step.job) == step.job else dataclasses.replace(step, job=root(step.job))
+        for step in steps
+    ]
 
 
 def _batched(d: Decision) -> bool:

@@ -10,6 +10,7 @@ from gctl.core.model import ShareMode
 from gctl.daemon import lanes
 from gctl.daemon.apply import Batched, after_freezes
 from gctl.daemon.lanes import Step
+from gctl.hosts.ssh import HostError
 
 GPU0 = (("n1", 0),)
 
@@ -55,3 +56,36 @@ def test_a_pass_that_stops_before_the_freeze_drops_the_placement_with_it() -> No
     assert [s.item.job_id for s in running] == ["a"]
     assert outcome[("Suspend", "a")] and outcome[("Place", "b")]  # neither begun
     assert not outcome[("Place", "c")] and not outcome[("Place", "a")]
+
+
+def _chain(start_b: Callable[[], None]) -> list[Step[Batched]]:
+    """Jobs a, b and c placed on n1:0 in one pass, each handed the slice of the one before."""
+    batch: list[Batched] = [
+        Place("a", GPU0, ShareMode.EXCLUSIVE, "free"),
+        Suspend("a", "time slice handed to new job b"),
+        Place("b", GPU0, ShareMode.TIMESLICED, "time-slicing"),
+        Suspend("b", "time slice handed to new job c"),
+        Place("c", GPU0, ShareMode.TIMESLICED, "time-slicing"),
+    ]
+    noop: Callable[[], None] = lambda: None  # noqa: E731
+    actions = [noop, noop, start_b, noop, noop]
+    steps = [Step(d, d.job_id, ("n1",), act) for d, act in zip(batch, actions, strict=True)]
+    return after_freezes(batch, steps, {"a": GPU0, "b": GPU0})
+
+
+def test_a_chain_of_time_slices_placed_in_one_pass_is_one_lane_in_order() -> None:
+    split = [[step.item.job_id for _, step in lane] for lane in lanes.lanes(_chain(lambda: None))]
+    assert split == [["a", "a", "b", "b", "c"]]
+
+
+def test_a_job_whose_start_fails_is_not_frozen_and_hands_no_slice_on() -> None:
+    def refuse() -> None:
+        raise HostError("n1", "engine not reachable")
+
+    run = lanes.LaneRun(_chain(refuse), workers=4)
+    run.future.result(5.0)
+    outcome = {(type(d.item).__name__, d.item.job_id): d for d in run.take()}
+    assert outcome[("Place", "b")].error is not None
+    # b was never started: its freeze is not carried out (so never recorded), nor c's start
+    assert outcome[("Suspend", "b")].skipped and outcome[("Place", "c")].skipped
+    assert not outcome[("Place", "a")].skipped and not outcome[("Suspend", "a")].skipped
