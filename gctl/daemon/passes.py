@@ -6,6 +6,7 @@ The same core policy as ``gctl sim`` decides; only the clock and
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 
@@ -22,13 +23,22 @@ from gctl.daemon.interference import record_coruns
 from gctl.daemon.site import Site
 from gctl.daemon.watch import Observation
 from gctl.gcpause import gc_paused
+from gctl.services import events
+from gctl.services.jobs import set_state
 from gctl.services.telemetry import NodeSample
 from gctl.store.engine import transaction
-from gctl.store.models import JobRow, ProfileRow
-from gctl.store.snapshot import MECHANISM_CHECKPOINT, Snapshot, core_job_id, read
+from gctl.store.models import AllocationRow, JobRow, ProfileRow
+from gctl.store.snapshot import (
+    MECHANISM_CHECKPOINT,
+    SUSPENDED_STATES,
+    Snapshot,
+    core_job_id,
+    read,
+)
 
 Observe = Callable[[str, float], None]
 """Called with a decision kind and the seconds it took to carry out."""
+log = logging.getLogger("gctl.daemon")
 BLOCKED_BY = "gctl-daemon:unreachable"
 """Who holds the core drain of a node that is not answering or not reconciled yet."""
 
@@ -126,6 +136,8 @@ def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, d
     QOS limit) are left out of the pass; with them, why they wait.
     """
     snap = read(site.store.engine, now=now, gpus=site.gpus)
+    if snap.stranded:
+        _requeue_stranded(site, snap.stranded)
     snap.state.interference = site.learned.interference(site.store.engine)
     snap.state.cached = site.fills.cached()
     rows = snap.job_ids
@@ -136,6 +148,24 @@ def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, d
         if name in snap.state.nodes:
             snap.state.drain(name, BLOCKED_BY)
     return snap, _over_limits(snap, site.policy, now)
+
+
+def _requeue_stranded(site: Site, stranded: Collection[int]) -> None:
+    """Record as requeued the jobs suspended on no GPU, which the snapshot has queued.
+
+    No decision leaves a job so; a fault between two host actions might,
+    and such a job would otherwise never run again. Each is logged.
+    """
+    with transaction(site.store.engine, write=True) as s:
+        holding = select(AllocationRow.job_id).where(AllocationRow.job_id.in_(stranded))
+        on_gpus = set(s.scalars(holding))
+        for row in s.scalars(select(JobRow).where(JobRow.id.in_(sorted(stranded)))):
+            if row.state not in SUSPENDED_STATES or row.held or row.id in on_gpus:
+                continue  # changed since the snapshot
+            why = f"requeued: it was suspended on no GPU ({row.reason})"
+            set_state(s, row, "PENDING", why)
+            events.record(s, "job.requeue", f"job {row.id} {why}", job_id=row.id)
+            log.warning("job %d %s", row.id, why)
 
 
 def _over_limits(snap: Snapshot, policy: SitePolicy, now: float) -> dict[int, str]:

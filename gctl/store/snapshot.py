@@ -29,7 +29,8 @@ Jobs
     their ``retry_at``); their waiting time counts from when they last
     entered that state. ``RUNNING`` and ``COMPLETING`` jobs run, ``SUSPENDED`` and
     ``STOPPED`` ones are suspended, on exactly the GPUs their allocation rows
-    name. Jobs enter the core in arrival order (submit time, then id), which
+    name; one that holds no GPU and is not held waits in the queue
+    (:attr:`Snapshot.stranded`). Jobs enter the core in arrival order (submit time, then id), which
     orders the queue as the simulator does (priority first, then arrival).
 Sharing
     The core has no per-job mode: jobs on one exact GPU set form a group,
@@ -126,8 +127,10 @@ class Snapshot:
     to it). ``node_ids`` maps a core node name to its NodeRow id, ``gpu_ids``
     a ``(node name, GPU index)`` to its GpuRow id, and ``job_ids`` a core job
     id to its JobRow id. ``requeued`` lists jobs the store still has on GPUs
-    of ``down`` nodes, which the core has put back in the queue; ``problems``
-    describes every row left out and why.
+    of ``down`` nodes, which the core has put back in the queue; ``stranded``
+    the JobRow ids of jobs the store has suspended on no GPU at all (not
+    held), which the core has waiting in the queue, for the daemon to record
+    as requeued; ``problems`` describes every row left out and why.
     """
 
     state: ClusterState
@@ -136,6 +139,7 @@ class Snapshot:
     gpu_ids: Mapping[GpuRef, int]
     job_ids: Mapping[str, int]
     requeued: tuple[str, ...] = ()
+    stranded: tuple[int, ...] = ()
     problems: tuple[str, ...] = ()
     held: Mapping[str, tuple[GpuRef, ...]] = field(default_factory=dict)
     """The GPUs each job held as read, before any decision on it."""
@@ -227,6 +231,7 @@ class _Loader:
         self.now = now
         self.gpus = gpus
         self.problems: list[str] = []
+        self.stranded: list[int] = []
 
     def run(self) -> Snapshot:
         """Read every row needed, then build the state: nodes, jobs, placements, admin states."""
@@ -261,6 +266,7 @@ class _Loader:
                 core_job_id(j.row_id): j.row_id for j in jobs if core_job_id(j.row_id) in state.jobs
             },
             requeued=tuple(requeued),
+            stranded=tuple(self.stranded),
             problems=tuple(self.problems),
             held=held,
         )
@@ -358,6 +364,11 @@ class _Loader:
         (row_id, st, held, gpus, prio, cls, lo, hi, mem, datasets, profile, name, user) = row[:13]
         submit_time, start_time, reason, mechanism, retry_at, image, command = row[13:]
         on_gpus = st in RUNNING_STATES or st in SUSPENDED_STATES
+        if st in SUSPENDED_STATES and not allocs and not held:
+            # Frozen on no GPU (a start that failed after its freeze was recorded, say):
+            # nothing of it runs or holds anything, so it waits as a queued job.
+            self.stranded.append(row_id)
+            st, on_gpus = "PENDING", False
         if not on_gpus:
             waits = held or (retry_at is not None and retry_at > self.now)  # a start backed off
             if st in HELD_STATES or (st in QUEUED_STATES and waits):

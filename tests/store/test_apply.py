@@ -22,7 +22,7 @@ from storekit import node, on_gpus, req
 from gctl.core.decisions import Decision, Place, Queue, Resume, Suspend, Unpack
 from gctl.core.model import GpuRef, ShareMode
 from gctl.core.policies.gandiva import GandivaPolicy
-from gctl.daemon import DAEMON_USER, apply
+from gctl.daemon import DAEMON_USER, apply, passes
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Launch
@@ -351,3 +351,63 @@ def test_a_start_still_running_when_the_pass_moves_on_is_recorded_once_it_ends(
             assert s.get(JobRow, a).state == "RUNNING"
     finally:
         inflight.close()
+
+
+def _pass(site: QuietSite) -> None:
+    """One reactive pass of gandiva over ``site``, its background work waited for."""
+    inflight = Inflight()
+    try:
+        passes.reactive_pass(site, GandivaPolicy(), time.time(), lambda k, s: None, inflight)
+        inflight.wait(10)
+        inflight.collect()
+    finally:
+        inflight.close()
+
+
+def test_a_start_that_fails_after_its_turn_was_handed_on_leaves_the_job_queued(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three jobs onto one GPU in one pass, each handed the slice of the one before (chaos test).
+
+    The middle one's start fails, slowly: its freeze, which follows it, must
+    not have been carried out and recorded, or it would stay frozen on no GPU.
+    """
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 10.0)
+    node(store, "a1", "1xV100-16GB")
+    a, b, c = jobs.submit(store, [req(1)] * 3)
+    with Pool() as pool:
+        site = SlowSite(store, pool, tmp_path / "mirror", slow=[b])
+        site.refuse = {b}
+        _pass(site)
+    with transaction(store.engine, write=False) as s:
+        suspended = [m for k, m, _ in _events(s, a) + _events(s, b) if k == "job.suspend"]
+        assert suspended == [
+            f"job {a} suspended (freeze): time slice handed to new job {b}"
+        ]  # b's own freeze, for c, was decided but not carried out
+        row = s.get(JobRow, b)
+        assert row is not None and (row.state, _gpus(s, b)) == ("PENDING", [])
+        assert row.reason.startswith("start failed (1 in a row)")
+        assert (s.get(JobRow, a).state, _gpus(s, a)) == ("SUSPENDED", [("a1", 0, "exclusive")])
+        assert (s.get(JobRow, c).state, _gpus(s, c)) == ("PENDING", [])
+    assert site.started == [a]
+
+
+def test_a_job_left_suspended_on_no_gpu_is_requeued_and_placed_by_the_next_pass(
+    store: db.Store, tmp_path: Path
+) -> None:
+    node(store, "a1")
+    (job,) = jobs.submit(store, [req(1)])
+    with transaction(store.engine, write=True) as s:
+        row = s.get(JobRow, job)
+        assert row is not None
+        row.state, row.reason = "SUSPENDED", "start failed (1 in a row): h1: reset"
+    with Pool() as pool:
+        site = QuietSite(store, pool, tmp_path / "mirror")
+        _pass(site)
+    why = "requeued: it was suspended on no GPU (start failed (1 in a row): h1: reset)"
+    with transaction(store.engine, write=False) as s:
+        assert [st for st, _ in _history(s, job)] == ["PENDING", "PENDING", "RUNNING"]
+        assert _history(s, job)[1] == ("PENDING", why)
+        assert [k for k, _, _ in _events(s, job)] == ["job.requeue", "job.place"]
+        assert _gpus(s, job) == [("a1", 0, "exclusive")]
+    assert site.started == [job]

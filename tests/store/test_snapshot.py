@@ -330,6 +330,32 @@ def test_rows_the_core_cannot_model_are_reported_and_left_out(store: db.Store) -
     assert snap.state.nodes["a1"].free == 2
 
 
+def test_a_job_suspended_on_no_gpu_waits_in_the_queue_unless_held(store: db.Store) -> None:
+    """Frozen on nothing, a job would never run again: the snapshot queues it, as stranded."""
+    node(store, "a1")
+    stranded, stopped, held, backed_off = jobs.submit(store, [req(1)] * 4)
+    t = time.time()
+    with transaction(store.engine, write=True) as s:
+        for job, st in ((stranded, "SUSPENDED"), (stopped, "STOPPED"), (held, "SUSPENDED")):
+            row = s.get(JobRow, job)
+            assert row is not None
+            row.state = st
+            row.held = job == held  # suspended by an operator at a checkpoint
+        row = s.get(JobRow, backed_off)
+        assert row is not None
+        row.state, row.retry_at = "SUSPENDED", t + 60  # its failed start is backed off
+    with transaction(store.engine, write=False) as s:
+        snap = snapshot.load(s, now=t)
+    assert snap.stranded == (stranded, stopped, backed_off)
+    assert snap.problems == ()
+    assert {j: js.status for j, js in snap.state.jobs.items()} == {
+        _id(stranded): JobStatus.PENDING,
+        _id(stopped): JobStatus.PENDING,
+    }
+    GandivaPolicy().schedule(snap.state, t)
+    assert len(snap.state.jobs[_id(stranded)].gpus) == 1
+
+
 def test_a_policy_pass_written_to_the_store_loads_back_as_the_same_state(
     store: db.Store,
 ) -> None:
