@@ -40,7 +40,7 @@ from gctl.store.models import (
     now,
     utc,
 )
-from gctl.store.snapshot import MECHANISM_CHECKPOINT
+from gctl.store.snapshot import MECHANISM_CHECKPOINT, SUSPENDED_STATES
 from gctl.store.usage import most_at_once, run_times, stretches, totals
 
 
@@ -527,6 +527,9 @@ def _act(s: Session, row: JobRow, action: str, args: dict[str, Any], user: str) 
         row.start_failures, row.retry_at = 0, None  # a launch failure's hold: try again
         if row.state == "REQUEUE_HOLD":
             set_state(s, row, "PENDING", f"released by {user}")
+        elif row.state in SUSPENDED_STATES and not _holds_gpus(s, jid):
+            # suspended by an operator, its GPUs given back: it waits again, as on resume
+            set_state(s, row, "PENDING", f"released by {user}; restarts from its checkpoint")
         else:
             row.reason = f"released by {user}"
         return ActionResult(jid, action, True, f"job {jid} released")
@@ -537,6 +540,12 @@ def _act(s: Session, row: JobRow, action: str, args: dict[str, Any], user: str) 
         raise ServiceError(f"job {jid} is {row.state}; {action} needs {'/'.join(sorted(allowed))}")
     s.add(IntentRow(kind=action, job_id=jid, args=args, user=user))
     return ActionResult(jid, action, False, f"{action} of job {jid} recorded for the daemon")
+
+
+def _holds_gpus(s: Session, job_id: int) -> bool:
+    """Whether the job has allocation rows."""
+    held = s.scalar(select(AllocationRow.id).where(AllocationRow.job_id == job_id).limit(1))
+    return held is not None
 
 
 def _check_target(s: Session, target: str) -> None:

@@ -89,6 +89,24 @@ def test_submit_queue_filters_and_actions(store: db.Store, monkeypatch: pytest.M
         jobs.show_job(store, 12345)
 
 
+def test_releasing_a_job_an_operator_suspended_puts_it_back_in_the_queue(store: db.Store) -> None:
+    """Suspended at a checkpoint by an operator, it holds no GPU: released, it waits to restart."""
+    (a,) = jobs.submit(store, [_req(1)])
+    with transaction(store.engine, write=True) as s:
+        row = s.get(JobRow, a)
+        assert row is not None
+        row.held = True  # as the daemon leaves a job 'gctl suspend' stopped
+        jobs.set_state(s, row, "SUSPENDED", "suspended by ann")
+    assert jobs.act(store, a, "release").done
+    with transaction(store.engine, write=False) as s:
+        row = s.get(JobRow, a)
+        assert row is not None and not row.held
+        assert (row.state, row.reason) == (
+            "PENDING",
+            "released by root; restarts from its checkpoint",
+        )
+
+
 def test_a_failing_transaction_writes_nothing_and_foreign_keys_hold(store: db.Store) -> None:
     jobs.submit(store, [_req(1)])
     with transaction(store.engine, write=False) as s:
