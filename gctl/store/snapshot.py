@@ -27,11 +27,12 @@ Jobs
     jobs wait in the queue unless held (held ones, ``REQUEUE_HOLD`` among
     them, are absent, and so are jobs whose failed start is backed off until
     their ``retry_at``); their waiting time counts from when they last
-    entered that state. ``RUNNING`` and ``COMPLETING`` jobs run, ``SUSPENDED`` and
-    ``STOPPED`` ones are suspended, on exactly the GPUs their allocation rows
-    name; one that holds no GPU and is not held waits in the queue
-    (:attr:`Snapshot.stranded`). Jobs enter the core in arrival order (submit time, then id), which
-    orders the queue as the simulator does (priority first, then arrival).
+    entered that state. ``RUNNING`` and ``COMPLETING`` jobs run,
+    ``SUSPENDED`` and ``STOPPED`` ones are suspended, on exactly the GPUs
+    their allocation rows name; one that holds no GPU and is not held waits
+    in the queue (:attr:`Snapshot.stranded`). Jobs enter the core in
+    arrival order (submit time, then id), which orders the queue as the
+    simulator does (priority first, then arrival).
 Sharing
     The core has no per-job mode: jobs on one exact GPU set form a group,
     exclusive when alone, packed when all of them run, time-sliced when some

@@ -15,6 +15,20 @@ from gctl.hosts.ssh import HostError
 GPU0 = (("n1", 0),)
 
 
+def _noop() -> None:
+    """A host action that does nothing."""
+
+
+def _on_n1(batch: list[Batched], actions: dict[int, Callable[[], None]]) -> list[Step[Batched]]:
+    """A step on n1 per decision, its action ``actions[i]`` (default: nothing to wait for)."""
+    return [Step(d, d.job_id, ("n1",), actions.get(i, _noop)) for i, d in enumerate(batch)]
+
+
+def _split(steps: list[Step[Batched]]) -> list[list[str]]:
+    """The job of each step, lane by lane."""
+    return [[step.item.job_id for _, step in lane] for lane in lanes.lanes(steps)]
+
+
 def _steps(start_a: Callable[[], None]) -> tuple[list[Batched], list[Step[Batched]]]:
     """Job a placed on n1:0 and frozen there; job b time-sliced onto it; job c elsewhere."""
     batch: list[Batched] = [
@@ -23,24 +37,15 @@ def _steps(start_a: Callable[[], None]) -> tuple[list[Batched], list[Step[Batche
         Suspend("a", "time slice handed to new job b"),
         Place("b", GPU0, ShareMode.TIMESLICED, "time-slicing"),
     ]
-    noop: Callable[[], None] = lambda: None  # noqa: E731
-    actions = [start_a, noop, noop, noop]
-    steps = [Step(d, d.job_id, ("n1",), act) for d, act in zip(batch, actions, strict=True)]
-    return batch, steps
+    return batch, _on_n1(batch, {0: start_a})
 
 
 def test_a_time_sliced_placement_goes_after_the_freeze_of_the_job_on_its_gpus() -> None:
-    batch, steps = _steps(lambda: None)
-    paired = after_freezes(batch, steps, {"a": GPU0})
-    split = [[step.item.job_id for _, step in lane] for lane in lanes.lanes(paired)]
-    assert split == [["a", "a", "b"], ["c"]]
+    batch, steps = _steps(_noop)
+    assert _split(after_freezes(batch, steps, {"a": GPU0})) == [["a", "a", "b"], ["c"]]
     # a placement with nothing frozen on its GPUs keeps its own lane
     alone = after_freezes(batch[:2] + batch[3:], steps[:2] + steps[3:], {"a": GPU0})
-    assert [[s.item.job_id for _, s in lane] for lane in lanes.lanes(alone)] == [
-        ["a"],
-        ["c"],
-        ["b"],
-    ]
+    assert _split(alone) == [["a"], ["c"], ["b"]]
 
 
 def test_a_pass_that_stops_before_the_freeze_drops_the_placement_with_it() -> None:
@@ -67,15 +72,11 @@ def _chain(start_b: Callable[[], None]) -> list[Step[Batched]]:
         Suspend("b", "time slice handed to new job c"),
         Place("c", GPU0, ShareMode.TIMESLICED, "time-slicing"),
     ]
-    noop: Callable[[], None] = lambda: None  # noqa: E731
-    actions = [noop, noop, start_b, noop, noop]
-    steps = [Step(d, d.job_id, ("n1",), act) for d, act in zip(batch, actions, strict=True)]
-    return after_freezes(batch, steps, {"a": GPU0, "b": GPU0})
+    return after_freezes(batch, _on_n1(batch, {2: start_b}), {"a": GPU0, "b": GPU0})
 
 
 def test_a_chain_of_time_slices_placed_in_one_pass_is_one_lane_in_order() -> None:
-    split = [[step.item.job_id for _, step in lane] for lane in lanes.lanes(_chain(lambda: None))]
-    assert split == [["a", "a", "b", "b", "c"]]
+    assert _split(_chain(_noop)) == [["a", "a", "b", "b", "c"]]
 
 
 def test_a_job_whose_start_fails_is_not_frozen_and_hands_no_slice_on() -> None:
