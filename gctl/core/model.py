@@ -124,12 +124,20 @@ class Observed:
 
     ``progress_rate`` is mini-batches per second as the job reports it; the
     scheduler only ever compares a job's rate with its own earlier rates.
+    ``since`` is when the window the rate was measured over began (None: a
+    rate of the moment ``at``).
     """
 
     at: float
     gpu_util: float
     gpu_mem_mb: int
     progress_rate: float
+    since: float | None = None
+
+    @property
+    def measured_from(self) -> float:
+        """When the measurement began: a rate measures only what ran from then on."""
+        return self.at if self.since is None else self.since
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,7 +128,7 @@ def choose_turn_partner(
 def judge_turn_pack(runners: list[JobState], packing: TurnPacking) -> None:
     """Remember a pair that ran its turn packed as not paying, once measured, if it did not.
 
-    Measured means both were sampled after the later of them resumed.
+    Measured means both rates were measured from after the later of them resumed.
     """
     if len(runners) != 2:
         return
@@ -147,7 +147,7 @@ def _rates(jobs: list[JobState], since: Callable[[JobState], float | None]) -> l
     out: list[float] = []
     for js in jobs:
         obs, start = js.observed, since(js)
-        if obs is None or start is None or obs.at < start or not js.solo_rate:
+        if obs is None or start is None or obs.measured_from < start or not js.solo_rate:
             return None
         out.append(obs.progress_rate / js.solo_rate)
     return out

@@ -82,6 +82,20 @@ class Report:
         step, steps = p.get("step"), p.get("steps")
         return isinstance(step, int) and isinstance(steps, int) and steps > 0 and step >= steps
 
+    @property
+    def rate_since(self) -> float | None:
+        """When (the host's clock) the window of steps its rate was measured over began.
+
+        None when the report gives no such window (an SDK before ``span``).
+        A frozen job's window holds the time it was frozen: a rate measured
+        across a freeze is a rate of neither stretch.
+        """
+        p = self.progress or {}
+        at, span = p.get("time"), p.get("span")
+        if not isinstance(at, int | float) or not isinstance(span, int | float):
+            return None
+        return float(at) - float(span)
+
 
 def report_of(doc: dict[str, Any]) -> Report:
     """A report from the agent's summary of one job directory."""

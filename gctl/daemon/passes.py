@@ -51,8 +51,11 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
     nodes (the latest of each). A job whose report shows the SDK is marked
     as checkpointable. A job that does not use the SDK reports nothing, so
     its GPU utilisation stands in for its progress rate (:func:`progress_rate`).
+    A rate measured over a window of steps is dated from the window's start
+    (``since``): one begun before the job was frozen, or before a partner
+    joined its GPUs, does not measure how it runs now.
     """
-    reports = {(j, o.attempts[j]): r for o in seen if o.full for j, r in o.reports.items()}
+    reports = {(j, o.attempts[j]): (r, o) for o in seen if o.full for j, r in o.reports.items()}
     if not reports:
         return
     jobs_on: dict[int, tuple[float, int]] = {}
@@ -73,9 +76,10 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
             )
         ).all()
         for job_id, attempt, mechanism in rows:
-            report = reports.get((job_id, attempt))
-            if report is None:  # read from an attempt that is over
+            found = reports.get((job_id, attempt))
+            if found is None:  # read from an attempt that is over
                 continue
+            report, look = found
             done = report.done
             if done is not None:
                 site.done[job_id] = done
@@ -84,6 +88,8 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
             if rate is not None:
                 row_at = ProfileRow(job_id=job_id, at=at, gpu_util=util, memory_mb=mem)
                 row_at.progress_rate = rate
+                window = report.rate_since
+                row_at.since = None if window is None else look.since(window)
                 s.add(row_at)
             if report.uses_sdk and mechanism != MECHANISM_CHECKPOINT:
                 row = s.get(JobRow, job_id)

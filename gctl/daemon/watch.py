@@ -108,7 +108,9 @@ class Observation:
     job's current one when the look began); ``boot_time`` and
     ``engine_start`` are when the host booted and its Docker engine started
     (when known); ``throttled`` is, by throttle directory, since when (the
-    host's clock) each throttle set by this look has had its beta.
+    host's clock) each throttle set by this look has had its beta;
+    ``read_at`` the host's clock when the reports were read, which dates
+    their host-clock times against ``began`` (:meth:`since`).
     """
 
     node: str
@@ -123,6 +125,18 @@ class Observation:
     boot_time: float | None = None
     engine_start: float | None = None
     throttled: Mapping[str, float] = field(default_factory=dict)
+    read_at: float | None = None
+
+    def since(self, host_time: float) -> float | None:
+        """A host-clock time of this look's reports as a store time; None when not dated.
+
+        Only a difference of the host's own times is used, so the host's
+        clock may be off from the daemon's. The answer is early by the look's
+        latency: a report's window then seems to begin earlier than it did.
+        """
+        if self.read_at is None:
+            return None
+        return self.began - max(self.read_at - host_time, 0.0)
 
 
 def observe(
@@ -180,11 +194,11 @@ def observe(
         }
         asked = [j for j in jobs if j.home and (full or j.job_id in ended)]
         dirs = {j.job_id: home[j.job_id] for j in asked}
-        summaries = got.get("reports") or {}
+        summaries, read_at = got.get("reports") or {}, got.get("read_at")
         if not isinstance(listing, dict) and dirs:  # read before that listing: read again
             again = {"docker": docker, "dirs": list(dirs.values())}
             reread = site.agents.ask(target, "observe", again, site.pool.command_timeout)
-            summaries = reread.get("reports") or {}
+            summaries, read_at = reread.get("reports") or {}, reread.get("read_at")
         reports = {j: jobfiles.report_of(summaries.get(d) or {}) for j, d in dirs.items()}
         boot, engine = _float(got.get("boot_time")), _float(got.get("engine_start"))
         throttled: dict[str, float] = {}
@@ -214,6 +228,7 @@ def observe(
             boot,
             engine,
             throttled,
+            _float(read_at),
         )
     except HostError as exc:
         why = str(exc).partition(": ")[2] or str(exc)  # without the node's name

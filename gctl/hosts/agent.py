@@ -10,9 +10,10 @@ and a JSON answer on stdout:
 ``observe``
     Renews the watchdog's lease (and starts the watchdog if none runs),
     reads the progress and checkpoint summaries of the job directories
-    asked for, and tells when the host booted and when its Docker engine
-    started: a container that ended before either was stopped by a reboot
-    or an engine restart, not by its own hand. With ``containers`` (label
+    asked for (and the host's clock once read, ``read_at``: a report's
+    times are the host's), and tells when the host booted and when its
+    Docker engine started: a container that ended before either was
+    stopped by a reboot or an engine restart, not by its own hand. With ``containers`` (label
     filters) it first lists the containers so labelled, inspecting those
     that ended (the list has no exit code), through the API of the engine
     ``docker`` reaches when that is a unix socket: the look needs no
@@ -318,6 +319,7 @@ def observe(request: dict[str, Any]) -> dict[str, Any]:
     booted = boot_time()
     answer.update(
         reports=read_reports(list(request.get("dirs") or [])),
+        read_at=time.time(),
         boot_time=booted,
         engine_start=engine_start(docker, booted),
         watchdog_started=started,

@@ -283,7 +283,11 @@ class JobStateRow(Base):
 
 
 class ProfileRow(Base):
-    """An observed profile sample of a running job."""
+    """An observed profile sample of a running job.
+
+    ``since`` is when the window its rate was measured over began (store
+    time); None when the job's report gives no window (an estimated rate).
+    """
 
     __tablename__ = "profiles"
 
@@ -293,6 +297,7 @@ class ProfileRow(Base):
     gpu_util: Mapped[float]
     memory_mb: Mapped[int]
     progress_rate: Mapped[float]
+    since: Mapped[float | None]
 
 
 class CoRunRow(Base):

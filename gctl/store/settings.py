@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HEAD = "0011"
+HEAD = "0012"
 """The newest migration; a test checks it against the migrations directory."""
 
 BUSY_TIMEOUT_S = 30.0

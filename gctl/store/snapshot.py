@@ -565,6 +565,7 @@ class _Loader:
                 ProfileRow.gpu_util,
                 ProfileRow.memory_mb,
                 ProfileRow.progress_rate,
+                ProfileRow.since,
                 func.row_number()
                 .over(
                     partition_by=ProfileRow.job_id,
@@ -584,13 +585,14 @@ class _Loader:
                 ranked.c.gpu_util,
                 ranked.c.memory_mb,
                 ranked.c.progress_rate,
+                ranked.c.since,
             ).where(ranked.c.rank == 1)
         ).all()
-        for row_id, at, util, mem, rate in rows:
+        for row_id, at, util, mem, rate, since in rows:
             js = state.jobs.get(core_job_id(row_id))
             if js is None:
                 continue
-            state.observe(js.id, Observed(at, util, mem, rate))
+            state.observe(js.id, Observed(at, util, mem, rate, since))
             js.solo_rate = rate
             if js.packed_at is not None and at >= js.packed_at:
                 js.solo_rate = conn.execute(

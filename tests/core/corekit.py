@@ -67,8 +67,9 @@ def observe(
     util: float = 0.5,
     mem: int = 1000,
     rate: float = 10.0,
+    since: float | None = None,
 ) -> None:
-    state.observe(job_id, Observed(at, util, mem, rate))
+    state.observe(job_id, Observed(at, util, mem, rate, since))
 
 
 def of_type(decisions: Sequence[Decision], kind: type[T]) -> list[T]:

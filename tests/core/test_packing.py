@@ -153,6 +153,20 @@ def test_samples_from_before_the_pack_do_not_judge_it() -> None:
     assert packing.pack_rates(state, state.jobs["d"].gpus) is None
 
 
+def test_a_rate_measured_from_before_the_pack_does_not_judge_it() -> None:
+    # A job's reported rate covers a window of its last steps: one that began before the pack
+    # (a job frozen for its turn until then) is dragged down by time the pack did not run.
+    state, policy = _overloaded()
+    policy.introspect(state, 10.0)
+    observe(state, "b", 20.0, rate=1.0, since=8.0)
+    observe(state, "d", 20.0, rate=1.0, since=12.0)
+    assert packing.pack_rates(state, state.jobs["d"].gpus) is None
+    assert not of_type(policy.introspect(state, 30.0), Unpack)
+    observe(state, "b", 31.0, rate=1.0, since=30.5)  # measured packed throughout: judged
+    assert packing.pack_rates(state, state.jobs["d"].gpus) == [0.1, 0.1]
+    assert [u.job_id for u in of_type(policy.introspect(state, 40.0), Unpack)] == ["b"]
+
+
 def test_bad_pair_is_never_packed_again() -> None:
     state, policy = _overloaded()
     policy.introspect(state, 10.0)

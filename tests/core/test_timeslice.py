@@ -202,6 +202,16 @@ def test_a_pair_that_does_not_pay_never_takes_a_turn_together_again() -> None:
     assert {"a", "b"} not in _turns(state, policy, 9)
 
 
+def test_a_turn_together_is_judged_only_on_rates_measured_from_its_start() -> None:
+    for b_since, judged in ((50.0, False), (63.0, True)):
+        state, policy = _profiled_three(util=0.3)
+        policy.introspect(state, 62.0)  # a and b run packed; b was frozen until then
+        observe(state, "a", 70.0, util=0.3, rate=9.0, since=63.0)
+        observe(state, "b", 70.0, util=0.3, rate=3.0, since=b_since)  # 50: across the freeze
+        policy.introspect(state, 122.0)
+        assert (frozenset("ab") in policy._memory.bad_pairs) is judged
+
+
 def test_a_pair_one_job_pays_for_never_takes_a_turn_together_again() -> None:
     state, policy = _profiled_three(util=0.3)
     policy.introspect(state, 62.0)  # a and b run packed

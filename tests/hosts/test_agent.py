@@ -42,14 +42,18 @@ def _docker(tmp_path: Path) -> tuple[Path, Path]:
     return script, log
 
 
-def test_observe_reads_reports_and_tells_when_the_host_booted(tmp_path: Path) -> None:
+def test_observe_reads_reports_and_says_when_it_read_them_and_when_the_host_booted(
+    tmp_path: Path,
+) -> None:
     done = tmp_path / "a0"
     done.mkdir()
     (done / "progress.json").write_text(json.dumps({"step": 5, "steps": 5, "done": True}))
     (done / "checkpoint.json").write_text(json.dumps({"step": 4, "time": 12.5, "state": {}}))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "progress.json").write_text("{not json")
+    before = time.time()
     got = run_mode("observe", {"dirs": [str(done), str(tmp_path / "broken"), "/nonexistent"]})
+    assert before <= got["read_at"] <= time.time()  # the host's clock, to date report times
     reports = got["reports"]
     assert reports[str(done)]["progress"]["done"] is True
     assert reports[str(done)]["checkpoint"] == {"step": 4, "time": 12.5}
