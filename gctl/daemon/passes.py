@@ -89,7 +89,7 @@ def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, N
                 row_at = ProfileRow(job_id=job_id, at=at, gpu_util=util, memory_mb=mem)
                 row_at.progress_rate = rate
                 window = report.rate_since
-                row_at.since = None if window is None else look.since(window)
+                row_at.since = None if window is None else look.store_time(window)
                 s.add(row_at)
             if report.uses_sdk and mechanism != MECHANISM_CHECKPOINT:
                 row = s.get(JobRow, job_id)

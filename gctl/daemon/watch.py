@@ -110,7 +110,7 @@ class Observation:
     (when known); ``throttled`` is, by throttle directory, since when (the
     host's clock) each throttle set by this look has had its beta;
     ``read_at`` the host's clock when the reports were read, which dates
-    their host-clock times against ``began`` (:meth:`since`).
+    their host-clock times against ``began`` (:meth:`store_time`).
     """
 
     node: str
@@ -127,7 +127,7 @@ class Observation:
     throttled: Mapping[str, float] = field(default_factory=dict)
     read_at: float | None = None
 
-    def since(self, host_time: float) -> float | None:
+    def store_time(self, host_time: float) -> float | None:
         """A host-clock time of this look's reports as a store time; None when not dated.
 
         Only a difference of the host's own times is used, so the host's
