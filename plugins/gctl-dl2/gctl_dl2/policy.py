@@ -77,11 +77,14 @@ class Recorder(Protocol):
         """A decision (a round of actions) starts."""
         ...
 
-    def step(self, x: np.ndarray, g: np.ndarray, mask: np.ndarray, action: int) -> None:
+    def step(
+        self, x: np.ndarray, g: np.ndarray, mask: np.ndarray, action: int, prob: float
+    ) -> None:
         """One action: 0 is stop, ``1 + i`` gives a GPU to the round's job ``i``.
 
-        ``x`` and ``g`` are the round's own arrays, changed by the next action:
-        a recorder copies what it keeps.
+        ``prob`` is the probability the policy gave the action (1 when
+        greedy). ``x`` and ``g`` are the round's own arrays, changed by the
+        next action: a recorder copies what it keeps.
         """
         ...
 
@@ -301,11 +304,11 @@ class Dl2Policy:
                 return value
             stop = head.scores(rnd.g[0])[0]
             if self.sample is None:
-                action = 0 if stop >= logits[i] else i + 1
+                action, prob = (0 if stop >= logits[i] else i + 1), 1.0
             else:
-                action = self._draw(self.sample, stop, logits)
+                action, prob = self._draw(self.sample, stop, logits)
             if rec is not None:
-                rec.step(rnd.x, rnd.g, mask, action)
+                rec.step(rnd.x, rnd.g, mask, action, prob)
             if action == 0:
                 return value
             i = action - 1
@@ -316,15 +319,17 @@ class Dl2Policy:
             s[i] = net.score(new)
 
     @staticmethod
-    def _draw(rng: np.random.Generator, stop: float, logits: np.ndarray) -> int:
-        """An action drawn from the softmax over stop and ``logits``."""
+    def _draw(rng: np.random.Generator, stop: float, logits: np.ndarray) -> tuple[int, float]:
+        """An action drawn from the softmax over stop and ``logits``, and its probability."""
         top = max(stop, float(logits.max()))
         p = np.exp(logits - top)
         p_stop = float(np.exp(stop - top))
-        r = rng.random() * (p_stop + float(p.sum()))
+        total = p_stop + float(p.sum())
+        r = rng.random() * total
         if r < p_stop:
-            return 0
-        return 1 + min(int(np.searchsorted(np.cumsum(p), r - p_stop)), len(p) - 1)
+            return 0, p_stop / total
+        i = min(int(np.searchsorted(np.cumsum(p), r - p_stop)), len(p) - 1)
+        return 1 + i, float(p[i]) / total
 
 
 def _or_nan(value: float | None) -> float:

@@ -10,14 +10,16 @@
    over jobs as fractions of each job's total work (DL2's reward), and
    discounted by ``gamma`` per interval of simulated time. Samples go to a
    replay buffer (``replay``), from which minibatches train the policy on
-   the advantage (return less the value head's estimate), with an entropy
-   bonus (``entropy``), and the value head on the return.
+   the advantage (return less the value head's estimate), PPO's clipped
+   ratio keeping older samples from dragging it far (``clip``), with an
+   entropy bonus (``entropy``), and the value head on the return.
 
 An episode replays the jobs submitted in a window (``episode_days``) of
 the training jobs, drawn at random (seeded). Every ``check_every`` episodes
-the greedy policy is evaluated on fixed windows and the model with the best
-average JCT there is the one written. The same seed gives the same model
-bytes on one machine.
+the greedy policy is evaluated on fixed windows, the heaviest ``checks``
+of ``checks * check_draws`` drawn, and the model with the best average JCT
+there is the one written. The same seed gives the same model bytes on one
+machine.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class Options:
     imitation_epochs: int = 30
     episodes: int = 150
     """Actor-critic episodes."""
-    episode_days: float = 7.0
+    episode_days: float = 14.0
+    """Days of submissions an episode replays: two weeks hold a backlog's build-up and drain."""
     teacher: str = "gandiva"
     interval: float = INTERVAL
     lr: float = 1e-3
@@ -70,7 +73,11 @@ class Options:
     check_every: int = 5
     checks: int = 4
     """Fixed windows the greedy policy is evaluated on to pick the model written."""
+    check_draws: int = 4
+    """Windows drawn per check window kept: the heaviest (most GPU-hours asked) are kept."""
     hidden: int = 64
+    clip: float = 0.2
+    """PPO's clip of the policy ratio (0: the plain policy gradient)."""
 
     @classmethod
     def parse(cls, given: dict[str, Any]) -> Options:
@@ -107,6 +114,8 @@ class Sample:
     action: int
     target: np.ndarray | None
     ret: float = 0.0
+    prob: float = 1.0
+    """The probability the acting policy gave ``action``."""
 
 
 class Episode:
@@ -129,9 +138,11 @@ class Episode:
         self.times.append(now)
         self.done.append(len(sim.records) + partial)
 
-    def step(self, x: np.ndarray, g: np.ndarray, mask: np.ndarray, action: int) -> None:
-        """An action the policy took."""
-        self.add(Sample(x, g, mask, action, None))
+    def step(
+        self, x: np.ndarray, g: np.ndarray, mask: np.ndarray, action: int, prob: float
+    ) -> None:
+        """An action the policy took, with the probability it had."""
+        self.add(Sample(x, g, mask, action, None, prob=prob))
 
     def add(self, sample: Sample) -> None:
         """Keep a copy of a sample (a fraction of them, drawn at random)."""
@@ -271,12 +282,18 @@ def update(
     samples: Sequence[Sample],
     entropy: float,
     value_weight: float = 0.5,
+    clip: float = 0.0,
 ) -> tuple[float, float]:
     """One minibatch step; the policy and value losses before it.
 
     Samples with a target distribution (imitation) train by cross-entropy;
     the others by the policy gradient on the normalised advantage, with the
-    entropy bonus. Every sample trains the value head on its return.
+    entropy bonus. With ``clip``, PPO's: the gradient is weighted by the
+    ratio of the action's probability now to when it was taken, and none
+    flows from a sample whose ratio has already moved past ``1 +- clip`` in
+    its advantage's direction, so samples of older policies in the buffer
+    cannot drag the policy far. Every sample trains the value head on its
+    return.
     """
     x, valid, mask, g = batch_arrays(samples, net.layout.width)
     pi, value, cache = net.batch_forward(x, valid, mask, g)
@@ -293,6 +310,10 @@ def update(
     if (~imitated).sum() > 1:
         a = adv[~imitated]
         adv[~imitated] = (a - a.mean()) / (a.std() + 1e-8)
+    if clip > 0:
+        taken = np.array([s.action if s.target is None else 0 for s in samples])
+        ratio = pi[np.arange(b), taken] / np.array([s.prob for s in samples])
+        adv = clipped_advantage(adv, ratio, clip)
     weight = np.where(imitated, 1.0, adv)
     dlogits = weight[:, None] * (pi - onehot)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -306,6 +327,36 @@ def update(
     chosen = (pi * onehot).sum(axis=1)
     policy_loss = float(-(np.log(np.maximum(chosen, 1e-12)) * np.abs(weight)).mean())
     return policy_loss, float(((value - rets) ** 2).mean())
+
+
+def clipped_advantage(adv: np.ndarray, ratio: np.ndarray, clip: float) -> np.ndarray:
+    """PPO's weight of each sample's policy gradient (the gradient of ``ratio * adv``).
+
+    ``ratio`` is the taken action's probability now over when it was taken.
+    A sample whose ratio has moved past ``1 + clip`` (a good action) or
+    ``1 - clip`` (a bad one) gives no gradient: the policy has moved far
+    enough on it.
+    """
+    past = ((adv > 0) & (ratio > 1 + clip)) | ((adv < 0) & (ratio < 1 - clip))
+    out: np.ndarray = np.where(past, 0.0, adv * ratio)
+    return out
+
+
+def check_windows(
+    jobs: Sequence[TraceJob], days: float, count: int, draws: int, rng: np.random.Generator
+) -> list[list[TraceJob]]:
+    """The windows the model is picked on: the ``count`` heaviest of ``count * draws`` drawn.
+
+    On a lightly loaded window every policy gives about the same JCTs; where
+    jobs queue is where a model's choices show.
+    """
+    drawn = windows(jobs, days, count * max(draws, 1), rng)
+    return sorted(drawn, key=demand, reverse=True)[:count]
+
+
+def demand(jobs: Sequence[TraceJob]) -> float:
+    """GPU-seconds a window's jobs ask for: how heavily it loads the cluster."""
+    return sum(j.spec.gpus * j.duration for j in jobs)
 
 
 def windows(
@@ -365,7 +416,7 @@ def train(request: TrainRequest, progress: TrainProgress | None) -> TrainSummary
     opt = Adam(net, opts.lr)
     log: list[dict[str, Any]] = []
     report = progress or (lambda *_: None)
-    checks = windows(request.jobs, opts.episode_days, opts.checks, rng)
+    checks = check_windows(request.jobs, opts.episode_days, opts.checks, opts.check_draws, rng)
     if not checks:
         raise TrainError(f"no jobs in any {opts.episode_days:g}-day window: raise -o episode_days")
 
@@ -433,6 +484,7 @@ def train(request: TrainRequest, progress: TrainProgress | None) -> TrainSummary
                     for i in rng.choice(len(replay), min(opts.batch, len(replay)), replace=False)
                 ],
                 opts.entropy,
+                clip=opts.clip,
             )
             for _ in range(opts.updates if replay else 0)
         ]
