@@ -55,13 +55,18 @@ def _seen(
     )
 
 
-def test_a_jobs_fraction_done_reaches_the_policy_and_leaves_with_the_job(store: db.Store) -> None:
+def _two_running(store: db.Store) -> tuple[int, int, float, Site]:
+    """Two jobs running on n1's GPUs 0 and 1 since now: their ids, now, a site to record with."""
     node(store, "n1")
     t = time.time()
-    with_total, without = jobs.submit(store, [req(1), req(1)])
-    on_gpus(store, with_total, "n1", (0,), since=t)
-    on_gpus(store, without, "n1", (1,), since=t)
-    site = cast(Site, _Site(store))
+    a, b = jobs.submit(store, [req(1), req(1)])
+    on_gpus(store, a, "n1", (0,), since=t)
+    on_gpus(store, b, "n1", (1,), since=t)
+    return a, b, t, cast(Site, _Site(store))
+
+
+def test_a_jobs_fraction_done_reaches_the_policy_and_leaves_with_the_job(store: db.Store) -> None:
+    with_total, without, _, site = _two_running(store)
     passes.record_profiles(site, [_seen(with_total, {"step": 30, "steps": 120})], {})
     passes.record_profiles(site, [_seen(without, {"step": 30})], {})
     snap, _ = passes._read(site, time.time(), ())
@@ -108,12 +113,7 @@ def test_a_pack_is_judged_only_on_rates_measured_since_it_began(store: db.Store)
 
 
 def test_a_rate_without_a_window_or_a_dated_look_has_no_start(store: db.Store) -> None:
-    node(store, "n1")
-    t = time.time()
-    a, b = jobs.submit(store, [req(1), req(1)])
-    on_gpus(store, a, "n1", (0,), since=t)
-    on_gpus(store, b, "n1", (1,), since=t)
-    site = cast(Site, _Site(store))
+    a, b, t, site = _two_running(store)
     passes.record_profiles(site, [_seen(a, {"time": t, "span": 1.0})], {})  # an older agent
     passes.record_profiles(site, [_seen(b, {"time": t}, read_at=t)], {})  # an older SDK
     with transaction(store.engine, write=False) as s:
