@@ -13,11 +13,11 @@ and a JSON answer on stdout:
     asked for (and the host's clock once read, ``read_at``: a report's
     times are the host's), and tells when the host booted and when its
     Docker engine started: a container that ended before either was
-    stopped by a reboot or an engine restart, not by its own hand. With ``containers`` (label
-    filters) it first lists the containers so labelled, inspecting those
-    that ended (the list has no exit code), through the API of the engine
-    ``docker`` reaches when that is a unix socket: the look needs no
-    second round trip.
+    stopped by a reboot or an engine restart, not by its own hand. With
+    ``containers`` (label filters) it first lists the containers so
+    labelled, inspecting those that ended (the list has no exit code),
+    through the API of the engine ``docker`` reaches when that is a unix
+    socket: the look needs no second round trip.
 ``prepare``
     Makes an attempt's job directory unless it exists: seeded with a copy of
     the newest earlier attempt's directory on this host, else empty. Each
