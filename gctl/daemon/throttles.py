@@ -95,9 +95,9 @@ class Throttles:
                 if sample is None or sample[0] == self._sampled.get(guest):
                     continue
                 self._sampled[guest] = sample[0]
-                at, rate, span = sample
+                _, rate, began = sample
                 since = o.throttled.get(pair.tdir)
-                if span is not None and since is not None and at - span < since:
+                if began is not None and since is not None and began < since:
                     continue  # measured partly before the guest's beta took effect
                 self.states[guest] = self.control.step(self.states[guest], rate)
 
@@ -175,8 +175,8 @@ class Throttles:
 
 
 Sample = tuple[float, float, float | None]
-"""A production job's progress: ``(time, rate, span)``, the rate measured over the ``span``
-seconds up to ``time`` (the host's clock; None: unknown)."""
+"""A production job's progress: ``(time, rate, began)``, the rate measured from ``began`` up
+to ``time`` (the host's clock; None: unknown, :attr:`gctl.daemon.jobfiles.Report.rate_since`)."""
 
 
 def _estimate(o: Observation, job_id: int) -> Sample | None:
@@ -195,7 +195,6 @@ def _sample(report: jobfiles.Report | None) -> Sample | None:
     if report is None or not report.progress:
         return None
     at, rate = report.progress.get("time"), report.progress.get("rate")
-    span = report.progress.get("span")
     if not isinstance(at, int | float) or not isinstance(rate, int | float) or rate < 0:
         return None
-    return float(at), float(rate), float(span) if isinstance(span, int | float) else None
+    return float(at), float(rate), report.rate_since
