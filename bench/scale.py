@@ -31,7 +31,11 @@ periods: 1 s tick, 5 s heartbeat, or ``--heartbeat-every``) with
   heartbeat round under load;
 - with ``--freeze K``: K hosts frozen (SIGSTOP of their sshd and sessions)
   half-way through the load, the stream going on; how long until each is
-  marked down, against ``--node-timeout`` (default 20 s here).
+  marked down, against ``--node-timeout`` (default 20 s here);
+- stop: seconds from SIGTERM until the daemon exited, and how many hosts'
+  watchdogs it told to stand down on its way out (``stood-down``: their
+  lease file says so; a watchdog not told stops its jobs once the lease
+  lapses, unless a daemon comes back first).
 
 Prints one row per N. Needs root; uses its own hosts (never the test
 hosts). GPUs are emulated. On a small machine the hosts' own work (sshd,
@@ -46,6 +50,7 @@ Run: ``.venv/bin/python bench/scale.py [--hosts 10,100,300] [--postgres]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -72,6 +77,7 @@ from scalekit import light_store  # noqa: E402
 
 from gctl.services import db, jobs, specs  # noqa: E402
 from gctl.store.engine import transaction  # noqa: E402
+from gctl.store.identity import store_id  # noqa: E402
 from gctl.store.models import EventRow, JobRow, JobStateRow, NodeRow  # noqa: E402
 
 GCTL = str(Path(sys.executable).with_name("gctl"))
@@ -292,9 +298,22 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         row["rss_mib"] = _rss_mib(daemon.pid)
         row["frozen_down_s"] = frozen_s
     finally:
+        stopping = time.monotonic()
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(120)
+        row["stop_s"] = time.monotonic() - stopping
+    row["stood_down"] = _stood_down(info, store_id(store.engine))
     return row
+
+
+def _stood_down(info: dict[str, Any], sid: str) -> int:
+    """How many hosts' watchdogs were told the daemon stopped on purpose (their lease says so)."""
+    told = 0
+    for host in info["hosts"]:
+        lease = Path(host["work_dir"]) / "stores" / sid / "agent" / "lease.json"
+        with contextlib.suppress(OSError, ValueError):  # no lease: never reached
+            told += bool(json.loads(lease.read_text()).get("standdown"))
+    return told
 
 
 def _postgres(tmp: Path, *, again: bool = False) -> str:
@@ -331,7 +350,7 @@ def main() -> None:
         backend = "PostgreSQL" if args.postgres else "SQLite"
         head = "hosts  seen(s) downs idle-round idle-CPU idle-RSS idle-tick machine"
         head += " load-round submit->run p50/p99  others-p99  start p50/p99  tick-p99  RSS  ran"
-        head += "  frozen-down"
+        head += "  frozen-down  stop  stood-down"
         print(f"{head}  ({backend})")
         for n in [int(x) for x in args.hosts.split(",")]:
             r = run_one(n, args, tmp)
@@ -343,7 +362,7 @@ def main() -> None:
                 f"  {r['load_round_s']:8.1f}s  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
                 f"  {r['p99_others_s']:9.2f}s  {r['start']:>13}  {r['tick_p99']:>8}"
                 f"  {r['rss_mib']:4.0f}M"
-                f"  {r['ran']}  {frozen}",
+                f"  {r['ran']}  {frozen}  {r['stop_s']:5.1f}s  {r['stood_down']}/{n}",
                 flush=True,
             )
             if args.postgres:  # a fresh database per N

@@ -59,7 +59,6 @@ from gctl.daemon import (
     ends,
     gpumem,
     intents,
-    jobfiles,
     lease,
     output,
     passes,
@@ -500,15 +499,27 @@ class _Loop:
         """Tell the answering nodes' watchdogs that the daemon stops on purpose (best effort).
 
         The nodes are those the last tick read: the store may be what failed.
+        Each is told through its running agent (one line on the open
+        channel), not a new agent per node: at a thousand nodes, a process
+        started on each host would not all be done within
+        :data:`STAND_DOWN_WITHIN`. The looks stop first: a heartbeat after
+        the stand-down would renew the lease as the daemon's.
         """
+        self.watch.close()
+        site = self.site
         for row in self._nodes.values():
             if row.name in self.watch.not_responding:
                 continue
-            request = {"dir": hostops.agent_dir(row, self.site.store_id)}
-            target = hostops.target(row)
+            request = {"dir": hostops.agent_dir(row, site.store_id)}
             self.inflight.submit(
                 f"standdown on {row.name}",
-                partial(jobfiles.run_agent, self.site.pool, target, "standdown", request),
+                partial(
+                    site.agents.ask,
+                    hostops.target(row),
+                    "standdown",
+                    request,
+                    STAND_DOWN_WITHIN,
+                ),
             )
         self.inflight.wait(STAND_DOWN_WITHIN)
 

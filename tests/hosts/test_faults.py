@@ -9,10 +9,12 @@ queue.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -212,3 +214,22 @@ def test_jobs_that_can_never_start_are_held_and_block_nobody(
     assert "No such image" in (rows[no_image].reason or "") or "no such image" in (
         rows[no_image].reason or ""
     )
+
+
+def test_a_daemon_stopped_on_purpose_tells_every_watchdog_and_its_jobs_run_on(
+    host_store: db.Store, hosts: dict[str, Any], start_daemon: Callable[..., Running]
+) -> None:
+    """A stop (SIGTERM) stands the watchdogs down through the running agents; no job is killed."""
+    job = submit(host_store, "--steps", "2000", "--step-time", "0.05")
+    daemon = start_daemon(host_store, node_timeout=4.0)
+    wait("the job running", lambda: _states(host_store)[job] == "RUNNING", store=host_store)
+    sid = store_id(host_store.engine)
+    nodes_ = ("h1", "h2")
+    leases = [Path(hosts["dir"], n, "work", "stores", sid, "agent", "lease.json") for n in nodes_]
+    wait("both watchdogs' leases", lambda: all(p.exists() for p in leases), store=host_store)
+    assert not any(json.loads(p.read_text())["standdown"] for p in leases)
+    daemon.close()
+    assert all(json.loads(p.read_text())["standdown"] for p in leases)
+    time.sleep(6.0)  # past the lease: a watchdog not told would have killed the job by now
+    live = [c for n in nodes_ for c in _live(hosts, host_store, n)]
+    assert len(live) == 1, live
