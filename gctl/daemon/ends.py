@@ -15,7 +15,8 @@ A job whose current containers have all exited ended one of three ways:
   to the queue and restarts from its checkpoint as its next attempt. So that
   a job that keeps stopping short never loops forever, it FAILs after
   :data:`MAX_STALLS` interruptions in a row without a checkpoint past the
-  last one.
+  last one; an interruption while gctl had it suspended (frozen for time
+  slicing) does not count, since it could not have checkpointed.
 - **FAILED** otherwise: a non-zero exit of its own, or an OOM kill.
 
 A job without the SDK that catches ``SIGTERM`` and exits 0 when its engine
@@ -227,7 +228,10 @@ def _end(s: Session, row: JobRow, ending: Ending, step: int | None) -> None:
         events.record(s, "job.end", message, job_id=row.id)
         return
     progressed = step is not None and (row.checkpoint_step is None or step > row.checkpoint_step)
-    row.stalls = 0 if progressed else row.stalls + 1
+    # A job gctl had suspended (a frozen time slice: its state whatever its mechanism) could
+    # neither work nor fail on its own: no stall of its own.
+    suspended = row.state == "SUSPENDED"
+    row.stalls = 0 if progressed else row.stalls if suspended else row.stalls + 1
     if step is not None:
         row.checkpoint_step = max(step, row.checkpoint_step or 0)
     row.attempt += 1
