@@ -75,7 +75,9 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))  # scalekit: the light hosts
 
 from scalekit import light_store  # noqa: E402
 
+from gctl.hosts.agent import LEASE  # noqa: E402
 from gctl.services import db, jobs, specs  # noqa: E402
+from gctl.services.hostops import agent_dir  # noqa: E402
 from gctl.store.engine import transaction  # noqa: E402
 from gctl.store.identity import store_id  # noqa: E402
 from gctl.store.models import EventRow, JobRow, JobStateRow, NodeRow  # noqa: E402
@@ -302,15 +304,21 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(120)
         row["stop_s"] = time.monotonic() - stopping
-    row["stood_down"] = _stood_down(info, store_id(store.engine))
+    row["stood_down"] = _stood_down(store)
     return row
 
 
-def _stood_down(info: dict[str, Any], sid: str) -> int:
-    """How many hosts' watchdogs were told the daemon stopped on purpose (their lease says so)."""
+def _stood_down(store: db.Store) -> int:
+    """How many hosts' watchdogs were told the daemon stopped on purpose (their lease says so).
+
+    The light hosts' work directories are on this machine.
+    """
+    sid = store_id(store.engine)
+    with transaction(store.engine, write=False) as s:
+        rows = s.scalars(select(NodeRow)).all()
     told = 0
-    for host in info["hosts"]:
-        lease = Path(host["work_dir"]) / "stores" / sid / "agent" / "lease.json"
+    for row in rows:
+        lease = Path(agent_dir(row, sid), LEASE)
         with contextlib.suppress(OSError, ValueError):  # no lease: never reached
             told += bool(json.loads(lease.read_text()).get("standdown"))
     return told

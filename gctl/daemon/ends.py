@@ -228,10 +228,10 @@ def _end(s: Session, row: JobRow, ending: Ending, step: int | None) -> None:
         events.record(s, "job.end", message, job_id=row.id)
         return
     progressed = step is not None and (row.checkpoint_step is None or step > row.checkpoint_step)
-    # A job gctl had suspended (a frozen time slice: its state whatever its mechanism) could
-    # neither work nor fail on its own: no stall of its own.
-    suspended = row.state == "SUSPENDED"
-    row.stalls = 0 if progressed else row.stalls if suspended else row.stalls + 1
+    if progressed:
+        row.stalls = 0
+    elif row.state != "SUSPENDED":  # suspended by gctl (any mechanism): no stall of its own
+        row.stalls += 1
     if step is not None:
         row.checkpoint_step = max(step, row.checkpoint_step or 0)
     row.attempt += 1

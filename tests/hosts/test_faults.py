@@ -22,7 +22,9 @@ import testhosts
 from daemonkit import Running, job_file, jobs_of, kinds, submit, wait
 from sqlalchemy import select
 
+from gctl.hosts.agent import LEASE
 from gctl.services import db, events, jobs, nodes, specs
+from gctl.services.hostops import agent_dir
 from gctl.store.engine import transaction
 from gctl.store.identity import store_id
 from gctl.store.models import EventRow, NodeRow
@@ -224,8 +226,8 @@ def test_a_daemon_stopped_on_purpose_tells_every_watchdog_and_its_jobs_run_on(
     daemon = start_daemon(host_store, node_timeout=4.0)
     wait("the job running", lambda: _states(host_store)[job] == "RUNNING", store=host_store)
     sid = store_id(host_store.engine)
-    nodes_ = ("h1", "h2")
-    leases = [Path(hosts["dir"], n, "work", "stores", sid, "agent", "lease.json") for n in nodes_]
+    nodes_ = ("h1", "h2")  # the test hosts' work directories are on this machine
+    leases = [Path(agent_dir(_node(host_store, n), sid), LEASE) for n in nodes_]
     wait("both watchdogs' leases", lambda: all(p.exists() for p in leases), store=host_store)
     assert not any(json.loads(p.read_text())["standdown"] for p in leases)
     daemon.close()

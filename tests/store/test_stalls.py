@@ -33,9 +33,10 @@ def test_interruptions_while_frozen_by_gctl_never_fail_a_job(store: db.Store) ->
 
 def test_interruptions_while_running_fail_a_job_at_the_limit(store: db.Store) -> None:
     job = jobs.submit(store, [specs.build(image="i", command=["x"], gpus=1)])[0]
-    _interrupt(store, job, "SUSPENDED", "freeze")  # not counted, nor does it reset the count
     for n in range(1, ends.MAX_STALLS):
         row = _interrupt(store, job, "RUNNING", None)
+        assert (row.state, row.stalls) == ("PENDING", n)
+        row = _interrupt(store, job, "SUSPENDED", "freeze")  # neither counted nor a reset
         assert (row.state, row.stalls) == ("PENDING", n)
     row = _interrupt(store, job, "RUNNING", None)
     assert row.state == "FAILED" and row.stalls == ends.MAX_STALLS
