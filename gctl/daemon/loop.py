@@ -17,7 +17,8 @@ starts the next tick when one arrives, once it has rested as long as the
 last tick computed. On their own periods it
 reconciles every node with the store (30 s) and runs the policy's
 introspective pass (60 s): time slicing, packing, migration,
-defragmentation, grow and shrink.
+defragmentation, grow and shrink; each waits a few ticks for a tick with
+room for it (:mod:`gctl.daemon.room`).
 
 The daemon holds the store's lease, and every write it makes checks it
 (:mod:`gctl.daemon.lease`): a daemon that lost it stops with a message and
@@ -73,6 +74,7 @@ from gctl.daemon.jobfiles import mirror_dir
 from gctl.daemon.metrics import DaemonMetrics
 from gctl.daemon.output import OutputOptions
 from gctl.daemon.reconcile import reconcile
+from gctl.daemon.room import Room
 from gctl.daemon.site import DEFAULT_GRACE, Site
 from gctl.daemon.throttles import Pair, Throttles
 from gctl.daemon.watch import JobHere, Watch
@@ -300,12 +302,21 @@ class _Loop:
         self.guard = MemoryGuard(self.cfg.gpu_mem_grace)
         self.steps = _Steps()
         self.gate = steady.Gate(daemon.policy)
+        self.room = Room(self.cfg.tick)
 
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
-        cfg, at, site, watch = self.cfg, now(), self.site, self.watch
+        cfg, at = self.cfg, now()
         self.steps = _Steps()
         began = time.monotonic()
+        try:
+            self._tick(cfg, at, began)
+        finally:
+            self.room.note(self.steps.took)
+
+    def _tick(self, cfg: DaemonConfig, at: float, began: float) -> None:
+        """The steps of :meth:`tick`, begun at ``at`` (store time) and ``began`` (monotonic)."""
+        site, watch = self.site, self.watch
         nodes, gpus, jobs = self._nodes_and_jobs()
         self._nodes = nodes
         watch.look(nodes, gpus, jobs, self.throttles, self.guard.nodes())
@@ -326,20 +337,23 @@ class _Loop:
         self.steps.run("ends", lambda: ends.settle(site, watch.latest, self.inflight))
         self.steps.run("time-limits", self._time_limits)
         self.inflight.collect()
-        if at >= self.due["reconcile"]:
+        late, spent = at - self.due["reconcile"], time.monotonic() - began
+        if self.room.allows(late, cfg.reconcile_every, spent, "reconcile", "reactive"):
             self.due["reconcile"] = at + cfg.reconcile_every
             self.steps.run("reconcile", lambda: reconcile(site, watch, self.inflight))
             self._learn_caches()
         elif watch.unreconciled:
             self.steps.run(
-                "reconcile", lambda: reconcile(site, watch, self.inflight, watch.unreconciled)
+                "reconcile-nodes",
+                lambda: reconcile(site, watch, self.inflight, watch.unreconciled),
             )
         self.steps.run("intents", lambda: intents.carry_out(site, self.inflight))
         decided = self.daemon.metrics.decided
         if watch.settling or self._reading_caches(at):  # the first looks come first
             return
         self.steps.run("reactive", self._react)
-        if at >= self.due["introspect"]:
+        late, spent = at - self.due["introspect"], time.monotonic() - began
+        if self.room.allows(late, cfg.introspect_every, spent, "introspect", "balance"):
             self.due["introspect"] = at + cfg.introspect_every
             self.steps.run(
                 "introspect",
