@@ -47,7 +47,7 @@ from gctl.services.queue import ON_GPUS
 from gctl.store.allocations import release
 from gctl.store.engine import transaction
 from gctl.store.models import AllocationRow, EventRow, GpuRow, JobRow, NodeRow, now
-from gctl.store.snapshot import MECHANISM_CHECKPOINT
+from gctl.store.snapshot import MECHANISM_CHECKPOINT, SUSPENDED_STATES
 
 MAX_STALLS = 3
 """Interruptions in a row without a newer checkpoint after which a job FAILs."""
@@ -230,7 +230,7 @@ def _end(s: Session, row: JobRow, ending: Ending, step: int | None) -> None:
     progressed = step is not None and (row.checkpoint_step is None or step > row.checkpoint_step)
     if progressed:
         row.stalls = 0
-    elif row.state != "SUSPENDED":  # suspended by gctl (any mechanism): no stall of its own
+    elif row.state not in SUSPENDED_STATES:  # suspended (any mechanism): no stall of its own
         row.stalls += 1
     if step is not None:
         row.checkpoint_step = max(step, row.checkpoint_step or 0)

@@ -306,17 +306,15 @@ class _Loop:
 
     def tick(self) -> None:
         """One tick: take in observations and finished work, reconcile, decide, act."""
-        cfg, at = self.cfg, now()
         self.steps = _Steps()
-        began = time.monotonic()
         try:
-            self._tick(cfg, at, began)
+            self._tick(now(), time.monotonic())
         finally:
             self.room.note(self.steps.took)
 
-    def _tick(self, cfg: DaemonConfig, at: float, began: float) -> None:
+    def _tick(self, at: float, began: float) -> None:
         """The steps of :meth:`tick`, begun at ``at`` (store time) and ``began`` (monotonic)."""
-        site, watch = self.site, self.watch
+        cfg, site, watch = self.cfg, self.site, self.watch
         nodes, gpus, jobs = self._nodes_and_jobs()
         self._nodes = nodes
         watch.look(nodes, gpus, jobs, self.throttles, self.guard.nodes())
@@ -337,9 +335,7 @@ class _Loop:
         self.steps.run("ends", lambda: ends.settle(site, watch.latest, self.inflight))
         self.steps.run("time-limits", self._time_limits)
         self.inflight.collect()
-        late, spent = at - self.due["reconcile"], time.monotonic() - began
-        if self.room.allows(late, cfg.reconcile_every, spent, "reconcile", "reactive"):
-            self.due["reconcile"] = at + cfg.reconcile_every
+        if self._due("reconcile", cfg.reconcile_every, at, began, "reactive"):
             self.steps.run("reconcile", lambda: reconcile(site, watch, self.inflight))
             self._learn_caches()
         elif watch.unreconciled:
@@ -352,9 +348,7 @@ class _Loop:
         if watch.settling or self._reading_caches(at):  # the first looks come first
             return
         self.steps.run("reactive", self._react)
-        late, spent = at - self.due["introspect"], time.monotonic() - began
-        if self.room.allows(late, cfg.introspect_every, spent, "introspect", "balance"):
-            self.due["introspect"] = at + cfg.introspect_every
+        if self._due("introspect", cfg.introspect_every, at, began, "balance"):
             self.steps.run(
                 "introspect",
                 lambda: passes.introspective_pass(
@@ -372,6 +366,18 @@ class _Loop:
             self._dcgm = self.inflight.submit(
                 "dcgm job mapping", lambda: dcgm.sync(site.store, site.pool, directory)
             )
+
+    def _due(self, name: str, period: float, at: float, began: float, *after: str) -> bool:
+        """Whether the periodic step ``name`` runs in this tick; if it does, when it is due next.
+
+        It runs once due and the tick has room for it and the steps ``after``
+        it (:class:`gctl.daemon.room.Room`).
+        """
+        spent = time.monotonic() - began
+        if not self.room.allows(at - self.due[name], period, spent, name, *after):
+            return False
+        self.due[name] = at + period
+        return True
 
     def _react(self) -> None:
         """The reactive pass, unless nobody waits and nothing changed (:mod:`.steady`)."""
