@@ -5,8 +5,9 @@ after, so the store never claims a container that was not started; what a
 host refuses becomes the job's reason. Checkpoint moves are recorded first
 and then carried through (:mod:`gctl.daemon.moves`), so a restart finishes
 them. Nothing here makes the daemon's tick wait on a host for long: moves
-and thaws run in the background, placements still starting after
-:data:`APPLY_WITHIN` seconds finish there, and a decision touching a job,
+and thaws run in the background, placements and freezes not done after
+:data:`APPLY_WITHIN` seconds (sooner when the tick has no room left) go
+on there, and a decision touching a job,
 GPU or node with work in flight (:mod:`gctl.daemon.inflight`), or a node
 that does not answer, waits for a later pass.
 
@@ -93,10 +94,16 @@ RECORD_EVERY = 0.25
 PARALLEL = 32
 """Lanes of host actions carried out at once (see :mod:`gctl.daemon.lanes`)."""
 APPLY_WITHIN = 0.5
-"""Seconds a pass waits for its placements and freezes before it moves on.
+"""Seconds at most a pass waits for its placements and freezes before it moves on.
 
-A start that takes longer is recorded as soon as it ends all the same
+The rest go on in the background, each recorded as it ends
 (:meth:`Applier._act`)."""
+BEGIN_WITHIN = 10.0
+"""Seconds after its pass moved on that a placement or freeze may still begin.
+
+Past them, those not begun are dropped and decided again by a later pass:
+their lane is held by a host that hangs (an action may take up to the
+engine's timeout)."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 
@@ -121,7 +128,8 @@ class Applier:
 
     ``blocked`` are nodes no decision may act on now (not answering, or not
     reconciled since they came back); the work already in flight
-    (``inflight``) keeps its jobs and GPUs busy.
+    (``inflight``) keeps its jobs and GPUs busy. ``until`` bounds the wait
+    for host actions (:meth:`_act`) by the tick's room.
     """
 
     def __init__(
@@ -131,8 +139,12 @@ class Applier:
         observe: Callable[[str, float], None],
         inflight: Inflight,
         blocked: Collection[str] = (),
+        *,
+        until: float | None = None,
     ):
         self.site = site
+        self.until = until
+        """When (monotonic) the tick needs the pass to move on, if before :data:`APPLY_WITHIN`."""
         self.snap = snap
         self.observe = observe
         self.inflight = inflight
@@ -283,11 +295,12 @@ class Applier:
         Everything the actions need is read from the store first; then the
         containers start and freeze, several at a time, and what is done is
         recorded every :data:`RECORD_EVERY` seconds while the rest goes on.
-        Past :data:`APPLY_WITHIN` seconds the pass moves on: actions not
-        begun are dropped (decided again next pass), and those still running
-        are recorded each as it ends (the daemon collects its work in flight
-        at every tick and while it waits for the next), their jobs and GPUs
-        busy until the last has.
+        Past :data:`APPLY_WITHIN` seconds, or :attr:`until`, the pass moves
+        on and leaves the rest to go on in the background: each is recorded
+        as it ends (the daemon collects its work in flight at every tick and
+        while it waits for the next), its job and GPUs busy until then. None
+        is dropped, so a short wait changes no decision; only those not
+        begun :data:`BEGIN_WITHIN` seconds later are (a host that hangs).
         """
         ids = self.snap.job_ids
         steps: list[lanes.Step[Batched]] = []
@@ -301,22 +314,39 @@ class Applier:
         nodes = {n for step in steps for n in step.nodes}
         running = lanes.LaneRun(steps, workers=PARALLEL)
         until = time.monotonic() + APPLY_WITHIN
+        if self.until is not None:
+            until = min(until, self.until)
         with self.inflight.acting(nodes):
-            while not running.finished and time.monotonic() < until:
-                self._outcomes(running.take(RECORD_EVERY), out)
+            while not running.finished and (left := until - time.monotonic()) > 0:
+                self._outcomes(running.take(min(left, RECORD_EVERY)), out)
+        self._outcomes(running.take(), out)
         if running.finished:
             return
-        late = running.cancel()
-        self._outcomes(running.take(), out)
-        jobs = {ids[step.item.job_id] for step in late}
-        gpus = {g for step in late for g in self._holds.get(step.item.job_id, ())}
+        holds = {step.item.job_id: self._holds.get(step.item.job_id, ()) for step in steps}
+
+        def busy() -> tuple[frozenset[int], frozenset[GpuRef]]:
+            late = running.unfinished()
+            jobs = frozenset(ids[step.item.job_id] for step in late)
+            return jobs, frozenset(g for step in late for g in holds[step.item.job_id])
+
+        jobs, gpus = busy()
+        give_up = time.monotonic() + BEGIN_WITHIN
 
         def record(_: object = None) -> None:
             self._outcomes(running.take(), Applied())
+            if time.monotonic() > give_up:
+                running.cancel()
+            work.jobs, work.gpus = busy()
 
         # recorded each as it ends (progress), the last when the batch has (done)
-        self.inflight.track(
-            f"{len(late)} start(s) past the pass", running.future, jobs, gpus, nodes, record, record
+        work = self.inflight.track(
+            f"{len(running.unfinished())} host action(s) past the pass",
+            running.future,
+            jobs,
+            gpus,
+            nodes,
+            record,
+            record,
         )
         self._busy_jobs |= jobs
         self._busy_gpus |= gpus

@@ -8,9 +8,10 @@ freeze never overtakes its start); the jobs on one set of nodes are spread
 over :data:`PER_NODES` lanes; the lanes run side by side on at most
 ``workers`` threads. An action that fails takes the job's later actions in
 the batch with it, unrun (skipped: decided again next pass). What is done is handed back as it comes
-(:meth:`LaneRun.take`), so the caller can record it while the rest goes on,
-and the caller may stop waiting (a host that hangs): what was not begun is
-dropped, what runs is finished and handed back later.
+(:meth:`LaneRun.take`), so the caller can record it while the rest goes on;
+the caller may leave the rest to run on (:meth:`LaneRun.unfinished` is what
+it still keeps busy), and give up on a host that hangs: what was not begun
+is then dropped, what runs is finished and handed back later.
 """
 
 from __future__ import annotations
@@ -86,9 +87,9 @@ class LaneRun(Generic[T]):
 
     :meth:`take` hands back what has been done since the last call, in the
     order given (so a job's outcomes come in the order of its steps); steps
-    without an action are done at once. The caller may stop waiting at any
-    time: :meth:`cancel` drops the lanes not started yet and every step not
-    begun, and :attr:`future` ends when the steps still running have.
+    without an action are done at once. :attr:`future` ends when every lane
+    has; :meth:`cancel` drops the lanes not started yet and every step not
+    begun.
     Anything but a :class:`HostError` raised by an action is reported as
     that step's error, a ``HostError`` naming the bug.
     """
@@ -103,7 +104,7 @@ class LaneRun(Generic[T]):
         self._lock = threading.Lock()
         self._new = threading.Condition(self._lock)
         self._todo = deque(lanes(steps))
-        self._running: dict[int, Step[T]] = {}
+        self._open = {i: s for lane in self._todo for i, s in lane}
         self.future: Future[None] = Future()
         threads = max(1, min(workers, len(self._todo)))
         self._alive = threads if self._todo else 0
@@ -114,7 +115,7 @@ class LaneRun(Generic[T]):
 
     def _finish(self, position: int, done: Done[T]) -> None:
         with self._new:
-            self._running.pop(position, None)
+            self._open.pop(position, None)
             self._finished.append((position, done))
             self._new.notify_all()
 
@@ -124,8 +125,6 @@ class LaneRun(Generic[T]):
             began = time.time()
             with self._lock:
                 cancelled = self._cancelled
-                if not cancelled:
-                    self._running[position] = step
             if cancelled:
                 self._finish(position, Done(step.item, began, skipped=True))
                 continue
@@ -177,15 +176,18 @@ class LaneRun(Generic[T]):
             self._taken = len(self._finished)
         return [d for _, d in sorted(chunk, key=itemgetter(0))]
 
-    def cancel(self) -> list[Step[T]]:
-        """Start nothing more; the steps still running (their outcomes come later)."""
+    def unfinished(self) -> list[Step[T]]:
+        """The steps with a host action not done yet (running or not begun), in order."""
+        with self._lock:
+            return [step for _, step in sorted(self._open.items(), key=itemgetter(0))]
+
+    def cancel(self) -> None:
+        """Begin nothing more: the steps still running end, the others are skipped."""
         with self._lock:
             self._cancelled = True
             dropped = list(self._todo)
             self._todo.clear()
-            running = list(self._running.values())
         began = time.time()
         for lane in dropped:
             for position, step in lane:
                 self._finish(position, Done(step.item, began, skipped=True))
-        return running

@@ -347,12 +347,19 @@ class _Loop:
         decided = self.daemon.metrics.decided
         if watch.settling or self._reading_caches(at):  # the first looks come first
             return
-        self.steps.run("reactive", self._react)
+        until = self.room.waits_until(began)
+        self.steps.run("reactive", lambda: self._react(until))
         if self._due("introspect", cfg.introspect_every, at, began, "balance"):
             self.steps.run(
                 "introspect",
                 lambda: passes.introspective_pass(
-                    site, self.daemon.policy, now(), decided, self.inflight, watch.blocked
+                    site,
+                    self.daemon.policy,
+                    now(),
+                    decided,
+                    self.inflight,
+                    watch.blocked,
+                    until=until,
                 ),
             )
             self.steps.run("balance", self._balance)
@@ -379,14 +386,23 @@ class _Loop:
         self.due[name] = at + period
         return True
 
-    def _react(self) -> None:
-        """The reactive pass, unless nobody waits and nothing changed (:mod:`.steady`)."""
+    def _react(self, until: float) -> None:
+        """The reactive pass, unless nobody waits and nothing changed (:mod:`.steady`).
+
+        It stops waiting for its host actions at ``until`` (monotonic).
+        """
         site, blocked, metrics = self.site, self.watch.blocked, self.daemon.metrics
         applied = self.gate.run(
             site.store.engine,
             blocked,
             lambda: passes.reactive_pass(
-                site, self.daemon.policy, now(), metrics.decided, self.inflight, blocked
+                site,
+                self.daemon.policy,
+                now(),
+                metrics.decided,
+                self.inflight,
+                blocked,
+                until=until,
             ),
         )
         if applied is None:

@@ -127,9 +127,13 @@ def decide_and_apply(
     observe: Observe,
     inflight: Inflight,
     blocked: Collection[str],
+    until: float | None = None,
 ) -> Applied:
-    """Carry out a policy's decisions on ``snap`` and record the sharing modes they leave."""
-    applier = Applier(site, snap, observe, inflight, blocked)
+    """Carry out a policy's decisions on ``snap`` and record the sharing modes they leave.
+
+    ``until`` is when the tick needs the pass to stop waiting for hosts (:class:`Applier`).
+    """
+    applier = Applier(site, snap, observe, inflight, blocked, until=until)
     applied = applier.apply(decisions)
     applier.sync_modes()
     return applied
@@ -213,11 +217,14 @@ def reactive_pass(
     observe: Observe,
     inflight: Inflight,
     blocked: Collection[str] = (),
+    *,
+    until: float | None = None,
 ) -> Applied:
     """Requeue jobs of down nodes, then let the policy place and queue.
 
     ``blocked`` nodes (not answering, or not reconciled yet) take no new
-    work and no decision acts on them. The cyclic garbage collector waits
+    work and no decision acts on them; ``until`` is when the tick needs the
+    pass to stop waiting for hosts (:class:`Applier`). The cyclic garbage collector waits
     from the store read to the last record: the pass builds the cluster
     state and a decision per job, all acyclic and gone by its end, and a
     collection during it walks them all.
@@ -229,7 +236,7 @@ def reactive_pass(
             Requeue(j, "its node is down; requeued from its last checkpoint") for j in snap.requeued
         ]
         decisions = requeued + policy.schedule(snap.state, now)
-        return decide_and_apply(site, snap, decisions, observe, inflight, blocked)
+        return decide_and_apply(site, snap, decisions, observe, inflight, blocked, until)
 
 
 def introspective_pass(
@@ -239,15 +246,17 @@ def introspective_pass(
     observe: Observe,
     inflight: Inflight,
     blocked: Collection[str] = (),
+    *,
+    until: float | None = None,
 ) -> Applied:
     """The policy's periodic pass: time slicing, packing, migration, defragmentation, resizing.
 
     First the slow-downs of measured packs are recorded (interference learned online).
+    ``blocked`` and ``until`` are as for :func:`reactive_pass`.
     """
     snap, _ = _read(site, now, blocked)
     record_coruns(site.store.engine, snap, now)
     if not policy.wants_introspection(snap.state):
         return Applied()
-    return decide_and_apply(
-        site, snap, policy.introspect(snap.state, now), observe, inflight, blocked
-    )
+    decisions = policy.introspect(snap.state, now)
+    return decide_and_apply(site, snap, decisions, observe, inflight, blocked, until)

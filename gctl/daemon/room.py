@@ -6,6 +6,8 @@ that waits for its container starts. Run in the same tick, two of them
 make it twice as long as the others. A periodic step that is due waits
 for a tick whose work so far and the steps' last durations fit in the
 tick, but never more than :data:`PUT_OFF_TICKS` ticks or half its period.
+And a pass stops waiting for its host actions once the tick has used
+:data:`WAIT_SHARE` of its period (the actions go on in the background).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Mapping
 
 PUT_OFF_TICKS = 5
 """Ticks a due periodic step may wait for a tick with room for it."""
+WAIT_SHARE = 0.75
+"""Share of a tick after which its passes stop waiting for hosts: the rest records and ends."""
 
 
 class Room:
@@ -35,6 +39,10 @@ class Room:
             return False
         expected = sum(self.took.get(step, 0.0) for step in steps)
         return spent + expected <= self.tick or late >= min(PUT_OFF_TICKS * self.tick, period / 2)
+
+    def waits_until(self, began: float) -> float:
+        """When a pass of the tick begun at ``began`` (monotonic) stops waiting for hosts."""
+        return began + WAIT_SHARE * self.tick
 
     def note(self, took: Mapping[str, float]) -> None:
         """Keep the durations of the steps a tick ran, each its latest."""

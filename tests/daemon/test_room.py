@@ -48,3 +48,8 @@ def test_the_latest_duration_of_a_step_is_the_one_expected() -> None:
     assert not room.allows(0.0, 60.0, 0.6, "introspect")
     room.note({"introspect": 0.2})
     assert room.allows(0.0, 60.0, 0.6, "introspect")
+
+
+def test_a_pass_stops_waiting_for_hosts_inside_its_tick() -> None:
+    began = 100.0
+    assert began < Room(2.0).waits_until(began) < began + 2.0

@@ -353,6 +353,96 @@ def test_a_start_still_running_when_the_pass_moves_on_is_recorded_once_it_ends(
         inflight.close()
 
 
+def _five_on_one_node(store: db.Store) -> tuple[list[int], list[Decision]]:
+    """Five jobs placed on the 8 GPUs of a1: the first and the fifth share a lane (PER_NODES 4)."""
+    node(store, "a1", "8xV100-16GB")
+    ids = jobs.submit(store, [req(1)] * 5)
+    decide: list[Decision] = [
+        Place(str(j), (("a1", i),), ShareMode.EXCLUSIVE, "free GPUs") for i, j in enumerate(ids)
+    ]
+    return ids, decide
+
+
+def test_a_start_queued_behind_a_slow_one_goes_on_after_the_pass_and_is_recorded(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass moves on before the fifth start begins; it is not dropped, but begun later."""
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
+    ids, decide = _five_on_one_node(store)
+    snap = read(store.engine, now=time.time())
+    inflight = Inflight()
+    try:
+        with Pool() as pool:
+            site = SlowSite(store, pool, tmp_path / "mirror", slow=[ids[0]])
+            applied = Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+            assert applied.done == decide[1:4] and applied.deferred == []
+            assert inflight.busy_jobs == {ids[0], ids[4]}
+            assert inflight.busy_gpus == {("a1", 0), ("a1", 4)}
+            inflight.wait(10)
+            inflight.collect()
+        assert site.started == [*ids[1:4], ids[0], ids[4]]
+        with transaction(store.engine, write=False) as s:
+            for i, job in enumerate(ids):
+                assert _gpus(s, job) == [("a1", i, "exclusive")]
+                assert s.get(JobRow, job).state == "RUNNING"
+    finally:
+        inflight.close()
+
+
+def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pass(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane held by a host that hangs: what waits behind it is decided again, not kept busy."""
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
+    monkeypatch.setattr(apply, "BEGIN_WITHIN", 0.0)
+    ids, decide = _five_on_one_node(store)
+    snap = read(store.engine, now=time.time())
+    inflight = Inflight()
+    try:
+        with Pool() as pool:
+            site = SlowSite(store, pool, tmp_path / "mirror", slow=[ids[0]])
+            Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+            inflight.collect()  # past BEGIN_WITHIN: the fifth start is given up
+            inflight.wait(10)
+            inflight.collect()
+            assert inflight.busy_jobs == set()
+        assert site.started == [*ids[1:4], ids[0]]
+        with transaction(store.engine, write=False) as s:
+            assert _gpus(s, ids[0]) == [("a1", 0, "exclusive")]
+            row = s.get(JobRow, ids[4])
+            assert row is not None and (row.state, _gpus(s, ids[4])) == ("PENDING", [])
+    finally:
+        inflight.close()
+
+
+def test_a_pass_stops_waiting_for_hosts_when_the_tick_needs_it_to(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``until`` ends the wait before APPLY_WITHIN; the starts are recorded after the pass."""
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 10.0)
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    snap = read(store.engine, now=time.time())
+    decide: list[Decision] = [
+        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Place(str(b), (("a1", 1),), ShareMode.EXCLUSIVE, "free GPUs"),
+    ]
+    inflight = Inflight()
+    try:
+        with Pool() as pool:
+            site = SlowSite(store, pool, tmp_path / "mirror", slow=[a, b])
+            until = time.monotonic() + apply.RECORD_EVERY
+            applier = Applier(site, snap, lambda kind, seconds: None, inflight, until=until)
+            assert applier.apply(decide).done == []
+            assert inflight.busy_jobs == {a, b}
+            inflight.wait(10)
+            inflight.collect()
+        with transaction(store.engine, write=False) as s:
+            assert [s.get(JobRow, j).state for j in (a, b)] == ["RUNNING", "RUNNING"]
+    finally:
+        inflight.close()
+
+
 def _pass(site: QuietSite) -> None:
     """One reactive pass of gandiva over ``site``, its background work waited for."""
     inflight = Inflight()
