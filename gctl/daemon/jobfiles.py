@@ -24,6 +24,7 @@ from typing import Any
 
 from gctl.config import default_db_path
 from gctl.hosts import agent
+from gctl.hosts.agent_link import AgentLinks
 from gctl.hosts.ssh import Pool, Target
 
 _AGENT = Path(agent.__file__).read_text(encoding="utf-8")
@@ -118,22 +119,28 @@ def read_reports(pool: Pool, target: Target, dirs: list[str]) -> dict[str, Repor
 
 
 def prepare(
-    pool: Pool,
+    agents: AgentLinks,
     target: Target,
     base: str,
     attempt: int,
     owner: str | None = None,
     shared: list[str] | None = None,
+    *,
+    timeout: float,
 ) -> float | None:
     """Make attempt ``attempt``'s directory under ``base`` (see the agent); its checkpoint time.
 
     An existing one is left as it is (a start tried again); a new one is
     seeded from the job's newest earlier attempt on the host, else empty.
     It is ``owner``'s (``uid:gid``), private to them; ``shared`` directories
-    (the node's emulated GPUs) are made writable by every job.
+    (the node's emulated GPUs) are made writable by every job. Asked of the
+    node's long-running agent (:mod:`gctl.hosts.agent_link`), within
+    ``timeout`` seconds: every start does this, and an SSH session and a
+    ``python3`` start of its own each time were most of a start's cost on
+    a busy host.
     """
     request = {"base": base, "attempt": attempt, "owner": owner, "shared": shared or []}
-    at = run_agent(pool, target, "prepare", request).get("checkpoint_time")
+    at = agents.ask(target, "prepare", request, timeout).get("checkpoint_time")
     return float(at) if isinstance(at, int | float) else None
 
 

@@ -227,7 +227,8 @@ class Site:
         target = hostops.target(node)
         base = hostops.job_base(node, self.store_id, job_id)
         shared = [d for d in [hostops.emulated_gpu_dir(node)] if d]
-        here = jobfiles.prepare(self.pool, target, base, attempt, owner, shared)
+        timeout = self.pool.command_timeout
+        here = jobfiles.prepare(self.agents, target, base, attempt, owner, shared, timeout=timeout)
         kept = self.mirror.checkpoint_time(job_id) if attempt > 0 else None
         if kept is not None and (here is None or here < kept):
             data = self.mirror.load(job_id)

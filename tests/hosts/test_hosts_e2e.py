@@ -20,6 +20,7 @@ from clikit import run
 from sqlalchemy import select
 
 from gctl.daemon import jobfiles
+from gctl.hosts.agent_link import AgentLinks
 from gctl.hosts.engine import ContainerSpec, Engine, host_config
 from gctl.hosts.mounts import Mount
 from gctl.hosts.ssh import (
@@ -441,7 +442,7 @@ def test_starting_the_same_run_twice_starts_one_container(host_store: db.Store, 
 def test_each_attempt_gets_a_directory_of_its_own_seeded_from_the_one_before(
     host_store: db.Store, pool: Pool
 ) -> None:
-    """Made over SSH by the host agent, as the daemon does before every start."""
+    """Made by the node's long-running host agent, as the daemon does before every start."""
     engine, root = _engine(host_store, pool, "h1")
     look = (
         "import os; found = sorted(os.listdir('/gctl'));"
@@ -449,8 +450,10 @@ def test_each_attempt_gets_a_directory_of_its_own_seeded_from_the_one_before(
     )
     base = f"{root}/84"
     seen = []
+    agents = AgentLinks(pool, jobfiles.agent_argv("serve"))
     for attempt in (0, 1):
-        assert jobfiles.prepare(pool, engine.target, base, attempt) is None  # no checkpoint
+        timeout = pool.command_timeout
+        assert jobfiles.prepare(agents, engine.target, base, attempt, timeout=timeout) is None
         spec = dataclasses.replace(
             _spec("h1", root, 84, (0,), "python3", "-c", look),
             attempt=attempt,
@@ -460,4 +463,5 @@ def test_each_attempt_gets_a_directory_of_its_own_seeded_from_the_one_before(
         assert engine.wait(cid, timeout=30) == 0
         engine.remove(cid)
         seen.append(pool.run_ok(engine.target, ["cat", f"{base}/a{attempt}/seen"], "read").text)
+    agents.close()
     assert seen == ["[]", "['mine', 'seen']"]  # the first starts empty, the next gets its files
