@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -303,6 +304,19 @@ class SlowSite(QuietSite):
         super().launch(job, refs, nodes)
 
 
+@contextmanager
+def _slow(
+    store: db.Store, tmp_path: Path, slow: Iterable[int]
+) -> Iterator[tuple[SlowSite, Inflight]]:
+    """A :class:`SlowSite` slow to start the jobs ``slow``; the work in flight, closed after."""
+    inflight = Inflight()
+    try:
+        with Pool() as pool:
+            yield SlowSite(store, pool, tmp_path / "mirror", slow=slow), inflight
+    finally:
+        inflight.close()
+
+
 def test_placements_recorded_out_of_order_never_leave_a_shared_gpu_exclusive(
     store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,34 +337,35 @@ def test_placements_recorded_out_of_order_never_leave_a_shared_gpu_exclusive(
         assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)
 
 
+def _two_on_a1(store: db.Store) -> tuple[int, int, list[Decision]]:
+    """Two jobs, and their placements on GPUs 0 and 1 of a new node a1."""
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    decide: list[Decision] = [
+        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
+        Place(str(b), (("a1", 1),), ShareMode.EXCLUSIVE, "free GPUs"),
+    ]
+    return a, b, decide
+
+
 def test_a_start_still_running_when_the_pass_moves_on_is_recorded_once_it_ends(
     store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pass waits APPLY_WITHIN for its starts, so a slow host does not hold up the tick."""
     monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
-    node(store, "a1")
-    a, b = jobs.submit(store, [req(1)] * 2)
+    a, _, decide = _two_on_a1(store)
     snap = read(store.engine, now=time.time())
-    decide: list[Decision] = [
-        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
-        Place(str(b), (("a1", 1),), ShareMode.EXCLUSIVE, "free GPUs"),
-    ]
-    inflight = Inflight()
-    try:
-        with Pool() as pool:
-            site = SlowSite(store, pool, tmp_path / "mirror", slow=[a])
-            applied = Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
-            assert applied.done == decide[1:]  # b recorded by the pass; a still starting
-            assert inflight.busy_jobs == {a} and inflight.busy_gpus == {("a1", 0)}
-            with transaction(store.engine, write=False) as s:
-                assert _gpus(s, a) == []  # never claimed before its container started
-            inflight.wait(10)
-            inflight.collect()
+    with _slow(store, tmp_path, [a]) as (site, inflight):
+        applied = Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+        assert applied.done == decide[1:]  # b recorded by the pass; a still starting
+        assert inflight.busy_jobs == {a} and inflight.busy_gpus == {("a1", 0)}
+        with transaction(store.engine, write=False) as s:
+            assert _gpus(s, a) == []  # never claimed before its container started
+        inflight.wait(10)
+        inflight.collect()
         with transaction(store.engine, write=False) as s:
             assert _gpus(s, a) == [("a1", 0, "exclusive")]
             assert s.get(JobRow, a).state == "RUNNING"
-    finally:
-        inflight.close()
 
 
 def _five_on_one_node(store: db.Store) -> tuple[list[int], list[Decision]]:
@@ -370,23 +385,18 @@ def test_a_start_queued_behind_a_slow_one_goes_on_after_the_pass_and_is_recorded
     monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
     ids, decide = _five_on_one_node(store)
     snap = read(store.engine, now=time.time())
-    inflight = Inflight()
-    try:
-        with Pool() as pool:
-            site = SlowSite(store, pool, tmp_path / "mirror", slow=[ids[0]])
-            applied = Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
-            assert applied.done == decide[1:4] and applied.deferred == []
-            assert inflight.busy_jobs == {ids[0], ids[4]}
-            assert inflight.busy_gpus == {("a1", 0), ("a1", 4)}
-            inflight.wait(10)
-            inflight.collect()
+    with _slow(store, tmp_path, [ids[0]]) as (site, inflight):
+        applied = Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+        assert applied.done == decide[1:4] and applied.deferred == []
+        assert inflight.busy_jobs == {ids[0], ids[4]}
+        assert inflight.busy_gpus == {("a1", 0), ("a1", 4)}
+        inflight.wait(10)
+        inflight.collect()
         assert site.started == [*ids[1:4], ids[0], ids[4]]
         with transaction(store.engine, write=False) as s:
             for i, job in enumerate(ids):
                 assert _gpus(s, job) == [("a1", i, "exclusive")]
                 assert s.get(JobRow, job).state == "RUNNING"
-    finally:
-        inflight.close()
 
 
 def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pass(
@@ -397,22 +407,17 @@ def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pa
     monkeypatch.setattr(apply, "BEGIN_WITHIN", 0.0)
     ids, decide = _five_on_one_node(store)
     snap = read(store.engine, now=time.time())
-    inflight = Inflight()
-    try:
-        with Pool() as pool:
-            site = SlowSite(store, pool, tmp_path / "mirror", slow=[ids[0]])
-            Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
-            inflight.collect()  # past BEGIN_WITHIN: the fifth start is given up
-            inflight.wait(10)
-            inflight.collect()
-            assert inflight.busy_jobs == set()
+    with _slow(store, tmp_path, [ids[0]]) as (site, inflight):
+        Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+        inflight.collect()  # past BEGIN_WITHIN: the fifth start is given up
+        inflight.wait(10)
+        inflight.collect()
+        assert inflight.busy_jobs == set()
         assert site.started == [*ids[1:4], ids[0]]
         with transaction(store.engine, write=False) as s:
             assert _gpus(s, ids[0]) == [("a1", 0, "exclusive")]
             row = s.get(JobRow, ids[4])
             assert row is not None and (row.state, _gpus(s, ids[4])) == ("PENDING", [])
-    finally:
-        inflight.close()
 
 
 def test_a_pass_stops_waiting_for_hosts_when_the_tick_needs_it_to(
@@ -420,27 +425,17 @@ def test_a_pass_stops_waiting_for_hosts_when_the_tick_needs_it_to(
 ) -> None:
     """``until`` ends the wait before APPLY_WITHIN; the starts are recorded after the pass."""
     monkeypatch.setattr(apply, "APPLY_WITHIN", 10.0)
-    node(store, "a1")
-    a, b = jobs.submit(store, [req(1)] * 2)
+    a, b, decide = _two_on_a1(store)
     snap = read(store.engine, now=time.time())
-    decide: list[Decision] = [
-        Place(str(a), (("a1", 0),), ShareMode.EXCLUSIVE, "free GPUs"),
-        Place(str(b), (("a1", 1),), ShareMode.EXCLUSIVE, "free GPUs"),
-    ]
-    inflight = Inflight()
-    try:
-        with Pool() as pool:
-            site = SlowSite(store, pool, tmp_path / "mirror", slow=[a, b])
-            until = time.monotonic() + apply.RECORD_EVERY
-            applier = Applier(site, snap, lambda kind, seconds: None, inflight, until=until)
-            assert applier.apply(decide).done == []
-            assert inflight.busy_jobs == {a, b}
-            inflight.wait(10)
-            inflight.collect()
+    with _slow(store, tmp_path, [a, b]) as (site, inflight):
+        until = time.monotonic() + apply.RECORD_EVERY
+        applier = Applier(site, snap, lambda kind, seconds: None, inflight, until=until)
+        assert applier.apply(decide).done == []
+        assert inflight.busy_jobs == {a, b}
+        inflight.wait(10)
+        inflight.collect()
         with transaction(store.engine, write=False) as s:
             assert [s.get(JobRow, j).state for j in (a, b)] == ["RUNNING", "RUNNING"]
-    finally:
-        inflight.close()
 
 
 def _pass(site: QuietSite) -> None:
