@@ -21,8 +21,8 @@ periods: 1 s tick, 5 s heartbeat, or ``--heartbeat-every``) with
 - load: ``--rate`` submissions per second for ``--load`` seconds of short
   job-SDK jobs (1, 2 or 4 GPUs), then until they have all run (at most
   ``RUN_WAIT`` s more): submit to RUNNING p50/p99 of those that ran (from
-  the store's state history), the p99 of the jobs whose start never
-  failed on a frozen host (``others``), how many ran, the p50/p99 of the
+  the store's state history), the p99 of the jobs neither started on a
+  frozen host nor failed to start there (``others``), how many ran, the p50/p99 of the
   placements' own latency (``start``: from when their host action began
   to their record, the container started; the buckets of the daemon's
   ``gctl_decision_latency_seconds{kind="place"}`` they fall in), the tick
@@ -211,14 +211,20 @@ def _submit_to_running(store: db.Store, ids: list[int], within: float) -> dict[i
 
 
 def _tried_on(store: db.Store, ids: list[int], names: Collection[str]) -> set[int]:
-    """Jobs of ``ids`` whose start on one of the hosts ``names`` failed (a ``job.error``)."""
+    """Jobs of ``ids`` started on one of the hosts ``names``, or whose start there failed.
+
+    A start that began on a host just before it froze hangs until the host
+    answers again (or fails): such a job is one of the frozen hosts', not
+    the others'.
+    """
     with transaction(store.engine, write=False) as s:
-        errors = s.execute(
+        found = s.execute(
             select(EventRow.job_id, EventRow.message).where(
-                EventRow.job_id.in_(ids), EventRow.kind == "job.error"
+                EventRow.job_id.in_(ids), EventRow.kind.in_(["job.error", "job.place"])
             )
         ).all()
-    return {j for j, text in errors if j is not None and any(f": {n}: " in text for n in names)}
+    marks = [m for n in names for m in (f": {n}: ", f" on {n}:")]
+    return {j for j, text in found if j is not None and any(m in text for m in marks)}
 
 
 def _p99(waits: list[float]) -> float:

@@ -98,7 +98,7 @@ APPLY_WITHIN = 0.5
 
 The rest go on in the background, each recorded as it ends
 (:meth:`Applier._act`)."""
-BEGIN_WITHIN = 10.0
+BEGIN_WITHIN = 5.0
 """Seconds after its pass moved on that a placement or freeze may still begin.
 
 Past them, those not begun are dropped and decided again by a later pass:

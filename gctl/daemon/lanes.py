@@ -105,6 +105,7 @@ class LaneRun(Generic[T]):
         self._new = threading.Condition(self._lock)
         self._todo = deque(lanes(steps))
         self._open = {i: s for lane in self._todo for i, s in lane}
+        self._running: set[int] = set()
         self.future: Future[None] = Future()
         threads = max(1, min(workers, len(self._todo)))
         self._alive = threads if self._todo else 0
@@ -116,6 +117,7 @@ class LaneRun(Generic[T]):
     def _finish(self, position: int, done: Done[T]) -> None:
         with self._new:
             self._open.pop(position, None)
+            self._running.discard(position)
             self._finished.append((position, done))
             self._new.notify_all()
 
@@ -125,8 +127,9 @@ class LaneRun(Generic[T]):
             began = time.time()
             with self._lock:
                 cancelled = self._cancelled
-            if cancelled:
-                self._finish(position, Done(step.item, began, skipped=True))
+                if not cancelled:
+                    self._running.add(position)
+            if cancelled:  # skipped by cancel, which has handed it back
                 continue
             if step.job in failed:  # not carried out: an earlier action on the job failed
                 self._finish(position, Done(step.item, began, skipped=True))
@@ -182,12 +185,15 @@ class LaneRun(Generic[T]):
             return [step for _, step in sorted(self._open.items(), key=itemgetter(0))]
 
     def cancel(self) -> None:
-        """Begin nothing more: the steps still running end, the others are skipped."""
+        """Begin nothing more: the steps running end, every other is skipped at once.
+
+        At once includes the steps waiting in a lane behind one that runs
+        (on a host that hangs, it may run until the engine's timeout).
+        """
         with self._lock:
             self._cancelled = True
-            dropped = list(self._todo)
             self._todo.clear()
+            dropped = [(i, s) for i, s in self._open.items() if i not in self._running]
         began = time.time()
-        for lane in dropped:
-            for position, step in lane:
-                self._finish(position, Done(step.item, began, skipped=True))
+        for position, step in dropped:
+            self._finish(position, Done(step.item, began, skipped=True))
