@@ -340,7 +340,7 @@ class Applier:
 
         # recorded each as it ends (progress), the last when the batch has (done)
         work = self.inflight.track(
-            f"{len(running.unfinished())} host action(s) past the pass",
+            f"host actions of {len(jobs)} job(s) past the pass",
             running.future,
             jobs,
             gpus,

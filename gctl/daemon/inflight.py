@@ -38,7 +38,11 @@ WORKERS = 16
 
 @dataclass(eq=False)
 class Work:
-    """One piece of host work in flight and what it keeps busy."""
+    """One piece of host work in flight and what it keeps busy.
+
+    Work done in parts may narrow its ``jobs`` and ``gpus`` as parts end
+    (its ``progress``, on the tick's thread): each is busy only until its own part has.
+    """
 
     what: str
     future: Future[Any]
