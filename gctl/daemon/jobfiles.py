@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,11 +167,13 @@ class Mirror:
     """The daemon's own copy of each job's directory: a tar file per store, job and attempt.
 
     Made private to the daemon's user (0700), whatever the umask: a job's
-    checkpoint is its owner's data.
+    checkpoint is its owner's data. Safe to use from several threads: a
+    heartbeat may copy an attempt that ended while a move copies it too.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._lock = threading.Lock()
 
     def _dir(self, job_id: int) -> Path:
         return self.root / str(job_id)
@@ -189,19 +193,23 @@ class Mirror:
         Copies of older attempts go: this one is newer than any of theirs.
         """
         folder = self._dir(job_id)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
         path = folder / f"a{attempt}.tar"
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-        at = checkpoint_time or 0.0  # the copy's mtime is its checkpoint's time
-        os.utime(path, (at, at))
-        for older, old in self._copies(job_id):
-            if older < attempt:
-                old.unlink(missing_ok=True)
+        with self._lock:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            at = checkpoint_time or 0.0  # the copy's mtime is its checkpoint's time
+            os.utime(path, (at, at))
+            for older, old in self._copies(job_id):
+                if older < attempt:
+                    old.unlink(missing_ok=True)
 
     def load(self, job_id: int) -> bytes | None:
         """The job's newest copy, or None."""
@@ -221,10 +229,11 @@ class Mirror:
 
     def drop(self, job_id: int) -> None:
         """Forget a finished job's copies."""
-        for _, path in self._copies(job_id):
-            path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self._dir(job_id).rmdir()
+        with self._lock:
+            for _, path in self._copies(job_id):
+                path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self._dir(job_id).rmdir()
 
 
 def _is_copy(name: str) -> bool:
