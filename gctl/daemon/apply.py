@@ -17,7 +17,8 @@ that does not answer, waits for a later pass.
   mechanism (docker pause and unpause: the job keeps its GPU memory and
   resumes in place within milliseconds). A ``Suspend`` marked ``checkpoint``
   (the jobs sharing the GPUs do not fit their memory at once) is a
-  checkpoint move that keeps the job's GPUs (``slice``). A job whose
+  checkpoint move that keeps the job's GPUs (``slice``); the job given
+  its turn starts once the move has left it waiting. A job whose
   container is gone resumes as a new attempt from its checkpoint.
 - ``Pack`` onto the GPUs the job already holds just lets it run alongside;
   onto others it is a checkpoint move, like ``Migrate``, ``Grow``,
@@ -67,7 +68,7 @@ from gctl.core.decisions import (
 )
 from gctl.core.model import GpuRef, ShareMode
 from gctl.daemon import lanes, moves, startfail
-from gctl.daemon.inflight import Inflight
+from gctl.daemon.inflight import Inflight, Work
 from gctl.daemon.site import Launch, Site, job_gpus, job_nodes, launches, share_gpus
 from gctl.gcpause import gc_paused
 from gctl.hosts.ssh import HostError
@@ -84,7 +85,7 @@ from gctl.store.models import (
     NodeRow,
     now,
 )
-from gctl.store.snapshot import MECHANISM_FREEZE, Snapshot
+from gctl.store.snapshot import MECHANISM_FREEZE, QUEUED_STATES, SUSPENDED_STATES, Snapshot
 
 _MOVE_KINDS: dict[type, str] = {Migrate: "migrate", Grow: "grow", Shrink: "shrink"}
 BATCH = 2000
@@ -152,6 +153,8 @@ class Applier:
         self._nodes: dict[str, NodeRow] = {}
         self._placed: dict[str, tuple[GpuRef, ...]] = {}
         self._holds: dict[str, tuple[GpuRef, ...]] = dict(snap.held)
+        self._slices: dict[GpuRef, tuple[Work, list[Place]]] = {}
+        """GPUs a checkpoint suspend of this apply frees: its work, the placements to follow it."""
         self._deferred_jobs: set[str] = set()
         self._deferred_gpus: set[GpuRef] = set()
         self._busy_jobs = inflight.busy_jobs
@@ -172,7 +175,9 @@ class Applier:
         out = Applied()
         run: list[Batched] = []
         for d in decisions:
-            if self._defer(d):
+            if self._joins_slice(d, run):
+                out.done.append(d)
+            elif self._defer(d):
                 out.deferred.append(d)
             elif _batched(d):
                 run.append(cast(Batched, d))
@@ -211,6 +216,41 @@ class Applier:
             self._holds[job] = target
         return False
 
+    def _joins_slice(self, d: Decision, run: Sequence[Batched]) -> bool:
+        """Whether ``d`` starts a job on GPUs this apply's checkpoint suspends free; tracks it.
+
+        A time-sliced ``Place`` comes after the ``Suspend`` of the job on its
+        GPUs. By checkpoint, that suspend is a move in the background: the
+        placement would wait for a later pass, which sees the set with no
+        runner and gives the turn back to the job just suspended, whose
+        restart the next placement suspends again, and so on (the new job
+        never ran). So it is carried out once the move has left the job
+        waiting (:meth:`_take_turns`), its job busy until then. Not when a
+        freeze on the same GPUs is carried out in this apply as well: the
+        placement goes after that one, a later pass.
+        """
+        if not (isinstance(d, Place) and d.mode is ShareMode.TIMESLICED):
+            return False
+        found = [self._slices.get(g) for g in d.gpus]
+        first = found[0]
+        if first is None or any(f is not first for f in found):
+            return False
+        row_id = self.snap.job_ids[d.job_id]
+        freezing = {g for x in run if isinstance(x, Suspend) for g in self._holds.get(x.job_id, ())}
+        if (
+            d.job_id in self._deferred_jobs
+            or row_id in self._busy_jobs
+            or freezing & set(d.gpus)
+            or any(node in self.blocked for node, _ in d.gpus)
+        ):
+            return False
+        work, follow = first
+        follow.append(d)
+        work.jobs |= {row_id}
+        self._busy_jobs.add(row_id)
+        self._holds[d.job_id] = d.gpus
+        return True
+
     def _busy(self, d: Decision) -> tuple[int, set[GpuRef]]:
         """The job row and GPUs background work for ``d`` keeps busy (before and after it)."""
         row_id = self.snap.job_ids[d.job_id]
@@ -228,6 +268,7 @@ class Applier:
             return
         row_id, gpus = self._busy(d)
         kind = type(d).__name__.lower()
+        follow: list[Place] = []
 
         def done(future: Future[Any]) -> None:
             error = future.exception()
@@ -236,11 +277,53 @@ class Applier:
             elif error is not None:
                 raise error
             self.observe(kind, now() - started)
+            if follow and error is None:
+                self._take_turns(follow)
 
-        self.inflight.submit(f"{kind} of job {row_id}", work, jobs=[row_id], gpus=gpus, done=done)
+        task = self.inflight.submit(
+            f"{kind} of job {row_id}", work, jobs=[row_id], gpus=gpus, done=done
+        )
+        if isinstance(d, Suspend):
+            self._slices.update(dict.fromkeys(gpus, (task, follow)))
         self._busy_jobs.add(row_id)
         self._busy_gpus |= gpus
         out.done.append(d)
+
+    def _take_turns(self, places: list[Place]) -> None:
+        """Start, in the background, the jobs handed the GPUs a checkpoint suspend left.
+
+        Run when the suspend's move ended (on the tick's thread): a job is
+        started only where every other holder of its GPUs now waits, and
+        only if it still waits itself; otherwise a later pass decides again.
+        """
+        rows = [self.snap.job_ids[d.job_id] for d in places]
+        gpus = {g for d in places for g in d.gpus}
+        started = now()
+
+        def done(future: Future[list[tuple[Place, HostError]]]) -> None:
+            for d, error in future.result():
+                self._refused(d, str(error), permanent=error.permanent, fails=error.fails_job)
+            self.observe("place", now() - started)
+
+        what = f"turn of job(s) {', '.join(map(str, rows))}"
+        self.inflight.submit(
+            what, partial(self._start_turns, places), jobs=rows, gpus=gpus, done=done
+        )
+
+    def _start_turns(self, places: list[Place]) -> list[tuple[Place, HostError]]:
+        """Start and record each of ``places`` still to be carried out; those a host refused."""
+        refused: list[tuple[Place, HostError]] = []
+        for d in places:
+            row_id = self.snap.job_ids[d.job_id]
+            try:
+                with transaction(self.site.store.engine, write=False) as s:
+                    if not _turn_free(s, row_id, d.gpus, self.snap.gpu_ids):
+                        continue
+                    self.site.start(s, launches(s, {row_id})[row_id], d.gpus)
+                self._record([d], Applied())
+            except HostError as exc:
+                refused.append((d, exc))
+        return refused
 
     def _begin(self, d: Decision) -> Callable[[], object]:
         """Record what must be recorded first; the host work still to do."""
@@ -661,6 +744,16 @@ def after_freezes(
         step if root(step.job) == step.job else dataclasses.replace(step, job=root(step.job))
         for step in steps
     ]
+
+
+def _turn_free(s: Session, row_id: int, gpus: Sequence[GpuRef], ids: Mapping[GpuRef, int]) -> bool:
+    """Whether job ``row_id`` still waits, and every other holder of ``gpus`` waits too."""
+    found = s.execute(select(JobRow.state, JobRow.held).where(JobRow.id == row_id)).first()
+    if found is None or found.state not in QUEUED_STATES or found.held:
+        return False
+    holders = select(AllocationRow.job_id).where(AllocationRow.gpu_id.in_([ids[g] for g in gpus]))
+    others = s.execute(select(JobRow.state, JobRow.op).where(JobRow.id.in_(holders))).all()
+    return all(st in SUSPENDED_STATES and op is None for st, op in others)
 
 
 def _batched(d: Decision) -> bool:

@@ -354,7 +354,12 @@ def test_jobs_that_do_not_fit_a_gpu_together_take_turns_checkpointed(
     )
     with transaction(host_store.engine, write=False) as s:
         suspends = s.scalars(select(EventRow).where(EventRow.kind == "job.suspend")).all()
+        placed = s.scalars(select(EventRow).where(EventRow.kind == "job.place")).all()
     assert suspends and {e.data.get("mechanism") for e in suspends} == {"checkpoint"}
+    # The third job got its turn on a GPU in use, not the GPU a finished job left
+    # (it used to wait for that: the job it displaced was handed its turn back at once).
+    (third_placed,) = [e for e in placed if e.job_id == third]
+    assert "time-slicing" in third_placed.message, third_placed.message
     for job_id in ids:
         assert '"step": 120' in _job_file(hosts, "h1", job_id, "progress.json")
     waited = {e.job_id for e in suspends if e.job_id is not None}

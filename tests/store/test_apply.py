@@ -61,10 +61,17 @@ def _apply(
         applier = Applier(site, snap, lambda kind, seconds: None, inflight)
         applied = applier.apply(decide)
         applier.sync_modes()
-        inflight.wait(30)  # moves and thaws run in the background
-        inflight.collect()
+        _settle(inflight)
     inflight.close()
     return applied
+
+
+def _settle(inflight: Inflight) -> None:
+    """Let the background work end and record itself, and the work its records start."""
+    for _ in range(3):
+        inflight.wait(30)  # moves and thaws run in the background
+        inflight.collect()
+    assert inflight.pending() == []
 
 
 def _history(s: Session, job: int) -> list[tuple[str, str | None]]:
@@ -269,6 +276,55 @@ def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
         other = s.get(JobRow, b)
         assert other is not None and other.state == "RUNNING"
     assert why.explain(store, a).suspended_by == "checkpoint"
+
+
+def test_a_new_job_takes_its_turn_once_the_suspend_by_checkpoint_has_left_the_gpu(
+    store: db.Store, tmp_path: Path
+) -> None:
+    """Not deferred to a later pass: that one saw the set with no runner and handed the turn
+    back to the job just suspended (CI run of d4642a2: suspended and restarted 7 times)."""
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    on_gpus(store, a, "a1", [0], since=100.0)
+    decide: list[Decision] = [
+        Suspend(str(a), f"time slice handed to new job {b}", checkpoint=True),
+        Place(str(b), (("a1", 0),), ShareMode.TIMESLICED, "time-slicing with 1 job(s) on a1"),
+    ]
+    applied = _apply(store, tmp_path, decide)
+    assert applied.done == decide and applied.deferred == [] and applied.failed == []
+    with transaction(store.engine, write=False) as s:
+        rows = {r.id: r for r in s.scalars(select(JobRow))}
+        assert (rows[a].state, rows[a].op, rows[a].attempt) == ("SUSPENDED", None, 1)
+        assert rows[b].state == "RUNNING"
+        assert _gpus(s, a) == [("a1", 0, "time-sliced")] == _gpus(s, b)
+        kinds = [k for k, _, _ in _events(s, b)]
+        assert kinds == ["job.place"]
+
+
+def test_a_turn_is_not_started_for_a_job_cancelled_while_the_suspend_ran(
+    store: db.Store, tmp_path: Path
+) -> None:
+    node(store, "a1")
+    a, b = jobs.submit(store, [req(1)] * 2)
+    on_gpus(store, a, "a1", [0], since=100.0)
+    decide: list[Decision] = [
+        Suspend(str(a), f"time slice handed to new job {b}", checkpoint=True),
+        Place(str(b), (("a1", 0),), ShareMode.TIMESLICED, "time-slicing with 1 job(s) on a1"),
+    ]
+    snap = read(store.engine, now=time.time())
+    inflight = Inflight()
+    with Pool() as pool:
+        site = QuietSite(store, pool, tmp_path / "mirror")
+        applied = Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+        assert applied.done == decide
+        assert {w.what: w.jobs for w in inflight.pending()} == {f"suspend of job {a}": {a, b}}
+        jobs.act(store, b, "cancel")
+        _settle(inflight)
+    inflight.close()
+    assert site.started == []
+    with transaction(store.engine, write=False) as s:
+        state = s.scalars(select(JobRow.state).where(JobRow.id == b)).one()
+        assert state == "CANCELLED" and _gpus(s, b) == []
 
 
 def test_a_placement_onto_a_shared_set_marks_the_set_shared_in_the_same_write(
