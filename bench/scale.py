@@ -215,12 +215,13 @@ def _tried_on(store: db.Store, ids: list[int], names: Collection[str]) -> set[in
 
     A start that began on a host just before it froze hangs until the host
     answers again (or fails): such a job is one of the frozen hosts', not
-    the others'.
+    the others'. So is one whose start there was dropped, not begun in time
+    behind one that hung (``job.delay``).
     """
     with transaction(store.engine, write=False) as s:
         found = s.execute(
             select(EventRow.job_id, EventRow.message).where(
-                EventRow.job_id.in_(ids), EventRow.kind.in_(["job.error", "job.place"])
+                EventRow.job_id.in_(ids), EventRow.kind.in_(["job.error", "job.place", "job.delay"])
             )
         ).all()
     marks = [m for n in names for m in (f": {n}: ", f" on {n}:")]

@@ -107,6 +107,8 @@ their lane is held by a host that hangs (an action may take up to the
 engine's timeout)."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
+Turn = Place | Resume
+"""Decisions that give a job its turn on GPUs a suspend by checkpoint leaves."""
 
 
 @dataclass
@@ -153,8 +155,8 @@ class Applier:
         self._nodes: dict[str, NodeRow] = {}
         self._placed: dict[str, tuple[GpuRef, ...]] = {}
         self._holds: dict[str, tuple[GpuRef, ...]] = dict(snap.held)
-        self._slices: dict[GpuRef, tuple[Work, list[Place]]] = {}
-        """GPUs a checkpoint suspend of this apply frees: its work, the placements to follow it."""
+        self._slices: dict[GpuRef, tuple[Work, list[Turn]]] = {}
+        """GPUs a checkpoint suspend of this apply frees: its work, the turns to follow it."""
         self._deferred_jobs: set[str] = set()
         self._deferred_gpus: set[GpuRef] = set()
         self._busy_jobs = inflight.busy_jobs
@@ -217,22 +219,27 @@ class Applier:
         return False
 
     def _joins_slice(self, d: Decision, run: Sequence[Batched]) -> bool:
-        """Whether ``d`` starts a job on GPUs this apply's checkpoint suspends free; tracks it.
+        """Whether ``d`` gives a job the turn on GPUs this apply's checkpoint suspend frees.
 
-        A time-sliced ``Place`` comes after the ``Suspend`` of the job on its
-        GPUs. By checkpoint, that suspend is a move in the background: the
-        placement would wait for a later pass, which sees the set with no
-        runner and gives the turn back to the job just suspended, whose
-        restart the next placement suspends again, and so on (the new job
-        never ran). So it is carried out once the move has left the job
-        waiting (:meth:`_take_turns`), its job busy until then. Not when a
-        freeze on the same GPUs is carried out in this apply as well: the
-        placement goes after that one, a later pass.
+        A time-sliced ``Place``, or the ``Resume`` of the next in turn, comes
+        after the ``Suspend`` of the job on its GPUs. By checkpoint, that
+        suspend is a move in the background: the turn would wait for a later
+        pass, which sees the set with no runner and may give it back to the
+        job just suspended, whose restart the next placement suspends again,
+        and so on (CI run of ``d4642a2``: the new job never ran). So the turn
+        is carried out once the move has left the job waiting
+        (:meth:`_take_turns`), its job busy until then. Not when a freeze on
+        the same GPUs is carried out in this apply as well: the turn goes
+        after that one, a later pass.
         """
-        if not (isinstance(d, Place) and d.mode is ShareMode.TIMESLICED):
+        if isinstance(d, Place) and d.mode is ShareMode.TIMESLICED:
+            gpus = d.gpus
+        elif isinstance(d, Resume):
+            gpus = self._holds.get(d.job_id, ())
+        else:
             return False
-        found = [self._slices.get(g) for g in d.gpus]
-        first = found[0]
+        found = [self._slices.get(g) for g in gpus]
+        first = found[0] if found else None
         if first is None or any(f is not first for f in found):
             return False
         row_id = self.snap.job_ids[d.job_id]
@@ -240,15 +247,15 @@ class Applier:
         if (
             d.job_id in self._deferred_jobs
             or row_id in self._busy_jobs
-            or freezing & set(d.gpus)
-            or any(node in self.blocked for node, _ in d.gpus)
+            or freezing & set(gpus)
+            or any(node in self.blocked for node, _ in gpus)
         ):
             return False
         work, follow = first
         follow.append(d)
         work.jobs |= {row_id}
         self._busy_jobs.add(row_id)
-        self._holds[d.job_id] = d.gpus
+        self._holds[d.job_id] = gpus
         return True
 
     def _busy(self, d: Decision) -> tuple[int, set[GpuRef]]:
@@ -268,7 +275,7 @@ class Applier:
             return
         row_id, gpus = self._busy(d)
         kind = type(d).__name__.lower()
-        follow: list[Place] = []
+        follow: list[Turn] = []
 
         def done(future: Future[Any]) -> None:
             error = future.exception()
@@ -289,38 +296,44 @@ class Applier:
         self._busy_gpus |= gpus
         out.done.append(d)
 
-    def _take_turns(self, places: list[Place]) -> None:
-        """Start, in the background, the jobs handed the GPUs a checkpoint suspend left.
+    def _take_turns(self, turns: list[Turn]) -> None:
+        """Give, in the background, the turns on the GPUs a checkpoint suspend left.
 
-        Run when the suspend's move ended (on the tick's thread): a job is
-        started only where every other holder of its GPUs now waits, and
+        Run when the suspend's move ended (on the tick's thread): a job gets
+        its turn only where every other holder of its GPUs now waits, and
         only if it still waits itself; otherwise a later pass decides again.
         """
-        rows = [self.snap.job_ids[d.job_id] for d in places]
-        gpus = {g for d in places for g in d.gpus}
+        rows = [self.snap.job_ids[d.job_id] for d in turns]
+        gpus = {g for d in turns for g in self._holds[d.job_id]}
         started = now()
 
-        def done(future: Future[list[tuple[Place, HostError]]]) -> None:
+        def done(future: Future[list[tuple[Turn, HostError]]]) -> None:
             for d, error in future.result():
                 self._refused(d, str(error), permanent=error.permanent, fails=error.fails_job)
-            self.observe("place", now() - started)
+            self.observe("turn", now() - started)
 
         what = f"turn of job(s) {', '.join(map(str, rows))}"
         self.inflight.submit(
-            what, partial(self._start_turns, places), jobs=rows, gpus=gpus, done=done
+            what, partial(self._give_turns, turns), jobs=rows, gpus=gpus, done=done
         )
 
-    def _start_turns(self, places: list[Place]) -> list[tuple[Place, HostError]]:
-        """Start and record each of ``places`` still to be carried out; those a host refused."""
-        refused: list[tuple[Place, HostError]] = []
-        for d in places:
+    def _give_turns(self, turns: list[Turn]) -> list[tuple[Turn, HostError]]:
+        """Start or resume each of ``turns`` still to be carried out; those a host refused."""
+        refused: list[tuple[Turn, HostError]] = []
+        for d in turns:
             row_id = self.snap.job_ids[d.job_id]
+            placing = isinstance(d, Place)
+            waits = QUEUED_STATES if placing else SUSPENDED_STATES
             try:
                 with transaction(self.site.store.engine, write=False) as s:
-                    if not _turn_free(s, row_id, d.gpus, self.snap.gpu_ids):
+                    if not _turn_free(s, row_id, self._holds[d.job_id], self.snap.gpu_ids, waits):
                         continue
-                    self.site.start(s, launches(s, {row_id})[row_id], d.gpus)
-                self._record([d], Applied())
+                    if isinstance(d, Place):
+                        self.site.start(s, launches(s, {row_id})[row_id], d.gpus)
+                if isinstance(d, Place):
+                    self._record([d], Applied())
+                else:
+                    self._thaw(row_id, d)
             except HostError as exc:
                 refused.append((d, exc))
         return refused
@@ -417,8 +430,11 @@ class Applier:
 
         def record(_: object = None) -> None:
             self._outcomes(running.take(), Applied())
-            if time.monotonic() > give_up:
+            if time.monotonic() > give_up and not running.cancelled:
                 running.cancel()
+                dropped = Applied()
+                self._outcomes(running.take(), dropped)
+                self._dropped(dropped.deferred)
             work.jobs, work.gpus = busy()
 
         # recorded each as it ends (progress), the last when the batch has (done)
@@ -433,6 +449,24 @@ class Applier:
         )
         self._busy_jobs |= jobs
         self._busy_gpus |= gpus
+
+    def _dropped(self, dropped: list[Decision]) -> None:
+        """Note on each job whose start was dropped, not begun in time, why it waits longer.
+
+        Its lane was held by a host that does not answer, most likely the one
+        it was to start on; a later pass places it again.
+        """
+        places = [d for d in dropped if isinstance(d, Place)]
+        if not places:
+            return
+        with transaction(self.site.store.engine, write=True) as s:
+            for d in places:
+                row_id = self.snap.job_ids[d.job_id]
+                text = (
+                    f"job {row_id}: start on {moves.where(d.gpus)} not begun within "
+                    f"{BEGIN_WITHIN:g} s (a host there does not answer); placed again"
+                )
+                events.record(s, "job.delay", text, job_id=row_id)
 
     def _outcomes(self, done: list[lanes.Done[Batched]], out: Applied) -> None:
         """Record what a batch carried out, report what hosts refused; skipped ones vanish."""
@@ -746,13 +780,27 @@ def after_freezes(
     ]
 
 
-def _turn_free(s: Session, row_id: int, gpus: Sequence[GpuRef], ids: Mapping[GpuRef, int]) -> bool:
-    """Whether job ``row_id`` still waits, and every other holder of ``gpus`` waits too."""
-    found = s.execute(select(JobRow.state, JobRow.held).where(JobRow.id == row_id)).first()
-    if found is None or found.state not in QUEUED_STATES or found.held:
+def _turn_free(
+    s: Session,
+    row_id: int,
+    gpus: Sequence[GpuRef],
+    ids: Mapping[GpuRef, int],
+    waits: Collection[str],
+) -> bool:
+    """Whether job ``row_id`` and every other holder of ``gpus`` wait for their turn.
+
+    The job waits in a state of ``waits``, not held and with no move; the
+    others are suspended, with no move.
+    """
+    found = s.execute(
+        select(JobRow.state, JobRow.held, JobRow.op).where(JobRow.id == row_id)
+    ).first()
+    if found is None or found.state not in waits or found.held or found.op is not None:
         return False
-    holders = select(AllocationRow.job_id).where(AllocationRow.gpu_id.in_([ids[g] for g in gpus]))
-    others = s.execute(select(JobRow.state, JobRow.op).where(JobRow.id.in_(holders))).all()
+    on = select(AllocationRow.job_id).where(AllocationRow.gpu_id.in_([ids[g] for g in gpus]))
+    others = s.execute(
+        select(JobRow.state, JobRow.op).where(JobRow.id.in_(on), JobRow.id != row_id)
+    ).all()
     return all(st in SUSPENDED_STATES and op is None for st, op in others)
 
 

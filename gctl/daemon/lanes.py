@@ -184,6 +184,12 @@ class LaneRun(Generic[T]):
         with self._lock:
             return [step for _, step in sorted(self._open.items(), key=itemgetter(0))]
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        with self._lock:
+            return self._cancelled
+
     def cancel(self) -> None:
         """Begin nothing more: the steps running end, every other is skipped at once.
 

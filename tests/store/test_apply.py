@@ -259,9 +259,8 @@ def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
         Resume(str(b), "round-robin turn on a1"),
     ]
     applied = _apply(store, tmp_path, decide)
-    # b's turn waits until a has checkpointed and left the GPU's memory: the next pass
-    assert applied.done == decide[:1] and applied.deferred == decide[1:]
-    assert applied.failed == []
+    # b's turn comes once a has checkpointed and left the GPU's memory, in the same apply
+    assert applied.done == decide and applied.deferred == [] and applied.failed == []
     with transaction(store.engine, write=False) as s:
         row = s.get(JobRow, a)
         assert row is not None
@@ -270,11 +269,9 @@ def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
         kind, message, data = _events(s, a)[-1]
         assert kind == "job.suspend" and data["mechanism"] == "checkpoint"
         assert message == f"job {a} suspended (checkpoint): {turn_over}"
-    applied = _apply(store, tmp_path, decide[1:])
-    assert applied.done == decide[1:]
-    with transaction(store.engine, write=False) as s:
         other = s.get(JobRow, b)
-        assert other is not None and other.state == "RUNNING"
+        assert other is not None and (other.state, other.attempt) == ("RUNNING", 1)
+        assert _events(s, b)[-1][1] == f"job {b} resumed: round-robin turn on a1"
     assert why.explain(store, a).suspended_by == "checkpoint"
 
 
@@ -474,6 +471,16 @@ def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pa
             assert _gpus(s, ids[0]) == [("a1", 0, "exclusive")]
             row = s.get(JobRow, ids[4])
             assert row is not None and (row.state, _gpus(s, ids[4])) == ("PENDING", [])
+            # why it waits longer, for gctl why and the events (the others have no such note)
+            assert [(k, m) for k, m, _ in _events(s, ids[4])] == [
+                (
+                    "job.delay",
+                    f"job {ids[4]}: start on a1:4 not begun within 0 s"
+                    " (a host there does not answer); placed again",
+                )
+            ]
+            notes = s.scalars(select(EventRow.job_id).where(EventRow.kind == "job.delay")).all()
+            assert notes == [ids[4]]
 
 
 def test_a_pass_stops_waiting_for_hosts_when_the_tick_needs_it_to(
