@@ -425,6 +425,13 @@ class Applier:
             jobs = frozenset(ids[step.item.job_id] for step in late)
             return jobs, frozenset(g for step in late for g in holds[step.item.job_id])
 
+        def starting() -> dict[int, tuple[GpuRef, ...]]:
+            return {
+                ids[d.job_id]: d.gpus
+                for d in (step.item for step in running.unfinished())
+                if isinstance(d, Place) and d.mode is ShareMode.EXCLUSIVE
+            }
+
         jobs, gpus = busy()
         give_up = time.monotonic() + BEGIN_WITHIN
 
@@ -436,6 +443,7 @@ class Applier:
                 self._outcomes(running.take(), dropped)
                 self._dropped(dropped.deferred)
             work.jobs, work.gpus = busy()
+            work.starting = starting()
 
         # recorded each as it ends (progress), the last when the batch has (done)
         work = self.inflight.track(
@@ -447,6 +455,7 @@ class Applier:
             record,
             record,
         )
+        work.starting = starting()
         self._busy_jobs |= jobs
         self._busy_gpus |= gpus
 

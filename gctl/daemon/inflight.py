@@ -53,6 +53,8 @@ class Work:
     progress: Callable[[], None] | None = None
     """Run by :meth:`Inflight.collect` while the work runs: records the part of it done."""
     began: float = field(default_factory=time.monotonic)
+    starting: dict[int, tuple[GpuRef, ...]] = field(default_factory=dict)
+    """Jobs (row ids) whose start on these GPUs, alone, is still under way here."""
 
 
 class Inflight:
@@ -162,6 +164,10 @@ class Inflight:
     def busy_gpus(self) -> set[GpuRef]:
         """GPUs some work in flight still acts on."""
         return {g for w in self.pending() for g in w.gpus}
+
+    def starting(self) -> dict[int, tuple[GpuRef, ...]]:
+        """The jobs being started alone on GPUs, with those GPUs (see :attr:`Work.starting`)."""
+        return {j: g for w in self.pending() for j, g in w.starting.items()}
 
     @property
     def busy_nodes(self) -> set[str]:

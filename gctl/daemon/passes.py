@@ -13,9 +13,10 @@ from collections.abc import Callable, Collection, Mapping
 from sqlalchemy import select, update
 
 from gctl.config import SitePolicy
-from gctl.core.decisions import Decision, Requeue
-from gctl.core.model import JobStatus
+from gctl.core.decisions import Decision, Place, Requeue
+from gctl.core.model import GpuRef, JobStatus, ShareMode
 from gctl.core.policy import Policy
+from gctl.core.state import ClusterState
 from gctl.daemon import jobfiles
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.inflight import Inflight
@@ -40,6 +41,8 @@ Observe = Callable[[str, float], None]
 """Called with a decision kind and the seconds it took to carry out."""
 log = logging.getLogger("gctl.daemon")
 BLOCKED_BY = "gctl-daemon:unreachable"
+STARTING = "starting"
+"""The reason of a job the pass sees on its GPUs while its start is under way."""
 """Who holds the core drain of a node that is not answering or not reconciled yet."""
 
 
@@ -139,13 +142,18 @@ def decide_and_apply(
     return applied
 
 
-def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, dict[int, str]]:
+def _read(
+    site: Site, now: float, blocked: Collection[str], starting: Mapping[int, tuple[GpuRef, ...]]
+) -> tuple[Snapshot, dict[int, str]]:
     """The store as the core sees it, with ``blocked`` nodes closed to new work.
 
-    Waiting jobs of users at their limit of GPUs at once (Slurm's per-user
-    QOS limit) are left out of the pass; with them, why they wait.
+    Jobs being started (``starting``: row ids, with their GPUs) are on those
+    GPUs already (:func:`_on_their_way`). Waiting jobs of users at their
+    limit of GPUs at once (Slurm's per-user QOS limit) are left out of the
+    pass; with them, why they wait.
     """
     snap = read(site.store.engine, now=now, gpus=site.gpus)
+    _on_their_way(snap.state, starting, now)
     if snap.stranded:
         _requeue_stranded(site, snap.stranded)
     snap.state.interference = site.learned.interference(site.store.engine)
@@ -158,6 +166,26 @@ def _read(site: Site, now: float, blocked: Collection[str]) -> tuple[Snapshot, d
         if name in snap.state.nodes:
             snap.state.drain(name, BLOCKED_BY)
     return snap, _over_limits(snap, site.policy, now)
+
+
+def _on_their_way(
+    state: ClusterState, starting: Mapping[int, tuple[GpuRef, ...]], now: float
+) -> None:
+    """Put each job whose start is under way on its GPUs, as the store will have it.
+
+    The store records a start once it is done; until then the job looks
+    queued and its GPUs free. A pass that took them so decided the job
+    again (kept waiting, as busy) and gave its GPUs to other jobs, kept
+    waiting too, as busy: at 1,000 hosts with slow starts (10 hosts frozen),
+    most of a pass's placements waited so, pass after pass, for seconds.
+    """
+    for row, gpus in starting.items():
+        js = state.jobs.get(core_job_id(row))
+        if js is None or js.status is not JobStatus.PENDING:
+            continue
+        nodes = state.nodes
+        if all(n in nodes and i < nodes[n].size and nodes[n].group_of[i] is None for n, i in gpus):
+            state.apply(Place(js.id, gpus, ShareMode.EXCLUSIVE, STARTING), now)
 
 
 def _requeue_stranded(site: Site, stranded: Collection[int]) -> None:
@@ -230,7 +258,7 @@ def reactive_pass(
     collection during it walks them all.
     """
     with gc_paused():
-        snap, waiting = _read(site, now, blocked)
+        snap, waiting = _read(site, now, blocked, inflight.starting())
         _limited(site, waiting)
         requeued: list[Decision] = [
             Requeue(j, "its node is down; requeued from its last checkpoint") for j in snap.requeued
@@ -254,7 +282,7 @@ def introspective_pass(
     First the slow-downs of measured packs are recorded (interference learned online).
     ``blocked`` and ``until`` are as for :func:`reactive_pass`.
     """
-    snap, _ = _read(site, now, blocked)
+    snap, _ = _read(site, now, blocked, inflight.starting())
     record_coruns(site.store.engine, snap, now)
     if not policy.wants_introspection(snap.state):
         return Applied()

@@ -275,11 +275,8 @@ def test_a_suspend_by_checkpoint_keeps_the_gpus_and_records_how(
     assert why.explain(store, a).suspended_by == "checkpoint"
 
 
-def test_a_new_job_takes_its_turn_once_the_suspend_by_checkpoint_has_left_the_gpu(
-    store: db.Store, tmp_path: Path
-) -> None:
-    """Not deferred to a later pass: that one saw the set with no runner and handed the turn
-    back to the job just suspended (CI run of d4642a2: suspended and restarted 7 times)."""
+def _slice_for_new_job(store: db.Store) -> tuple[int, int, list[Decision]]:
+    """Job a runs on a1:0, b waits; a is suspended by checkpoint and b handed its GPU."""
     node(store, "a1")
     a, b = jobs.submit(store, [req(1)] * 2)
     on_gpus(store, a, "a1", [0], since=100.0)
@@ -287,6 +284,15 @@ def test_a_new_job_takes_its_turn_once_the_suspend_by_checkpoint_has_left_the_gp
         Suspend(str(a), f"time slice handed to new job {b}", checkpoint=True),
         Place(str(b), (("a1", 0),), ShareMode.TIMESLICED, "time-slicing with 1 job(s) on a1"),
     ]
+    return a, b, decide
+
+
+def test_a_new_job_takes_its_turn_once_the_suspend_by_checkpoint_has_left_the_gpu(
+    store: db.Store, tmp_path: Path
+) -> None:
+    """Not deferred to a later pass: that one saw the set with no runner and handed the turn
+    back to the job just suspended (CI run of d4642a2: suspended and restarted 7 times)."""
+    a, b, decide = _slice_for_new_job(store)
     applied = _apply(store, tmp_path, decide)
     assert applied.done == decide and applied.deferred == [] and applied.failed == []
     with transaction(store.engine, write=False) as s:
@@ -301,13 +307,7 @@ def test_a_new_job_takes_its_turn_once_the_suspend_by_checkpoint_has_left_the_gp
 def test_a_turn_is_not_started_for_a_job_cancelled_while_the_suspend_ran(
     store: db.Store, tmp_path: Path
 ) -> None:
-    node(store, "a1")
-    a, b = jobs.submit(store, [req(1)] * 2)
-    on_gpus(store, a, "a1", [0], since=100.0)
-    decide: list[Decision] = [
-        Suspend(str(a), f"time slice handed to new job {b}", checkpoint=True),
-        Place(str(b), (("a1", 0),), ShareMode.TIMESLICED, "time-slicing with 1 job(s) on a1"),
-    ]
+    a, b, decide = _slice_for_new_job(store)
     snap = read(store.engine, now=time.time())
     inflight = Inflight()
     with Pool() as pool:
@@ -559,3 +559,32 @@ def test_a_job_left_suspended_on_no_gpu_is_requeued_and_placed_by_the_next_pass(
         assert [k for k, _, _ in _events(s, job)] == ["job.requeue", "job.place"]
         assert _gpus(s, job) == [("a1", 0, "exclusive")]
     assert site.started == [job]
+
+
+def test_a_pass_sees_a_start_under_way_on_its_gpus(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's start still running after its pass holds its GPU for the next pass.
+
+    The store has the job queued until the start is recorded. The next pass
+    used to decide it again and give its GPU to a later, higher-priority
+    job, whose placement then waited (the GPU busy), pass after pass: at
+    1,000 hosts with slow starts, most placements waited so for seconds.
+    """
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.05)
+    node(store, "a1", "2xV100-16GB")
+    (a,) = jobs.submit(store, [req(1)])
+    with _slow(store, tmp_path, [a]) as (site, inflight):
+        passes.reactive_pass(site, GandivaPolicy(), time.time(), lambda k, s: None, inflight)
+        assert inflight.starting() == {a: (("a1", 0),)}
+        (c,) = jobs.submit(store, [req(1, priority="high")])
+        applied = passes.reactive_pass(
+            site, GandivaPolicy(), time.time(), lambda k, s: None, inflight
+        )
+        assert applied.deferred == []
+        inflight.wait(10)
+        inflight.collect()
+        assert inflight.starting() == {}
+        with transaction(store.engine, write=False) as s:
+            assert _gpus(s, a) == [("a1", 0, "exclusive")]
+            assert _gpus(s, c) == [("a1", 1, "exclusive")]

@@ -69,7 +69,7 @@ def test_a_jobs_fraction_done_reaches_the_policy_and_leaves_with_the_job(store: 
     with_total, without, _, site = _two_running(store)
     passes.record_profiles(site, [_seen(with_total, {"step": 30, "steps": 120})], {})
     passes.record_profiles(site, [_seen(without, {"step": 30})], {})
-    snap, _ = passes._read(site, time.time(), ())
+    snap, _ = passes._read(site, time.time(), (), {})
     done = snap.state.work_done
     assert done is not None
     assert done(core_job_id(with_total)) == 0.25
@@ -77,7 +77,7 @@ def test_a_jobs_fraction_done_reaches_the_policy_and_leaves_with_the_job(store: 
     with transaction(store.engine, write=True) as s:  # as the daemon records its end
         s.execute(update(JobRow).where(JobRow.id == with_total).values(state="COMPLETED"))
         s.execute(delete(AllocationRow).where(AllocationRow.job_id == with_total))
-    snap, _ = passes._read(site, time.time(), ())
+    snap, _ = passes._read(site, time.time(), (), {})
     assert snap.state.work_done is not None
     assert snap.state.work_done(core_job_id(with_total)) is None
     assert with_total not in site.done  # finished jobs are forgotten
