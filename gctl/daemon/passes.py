@@ -41,9 +41,9 @@ Observe = Callable[[str, float], None]
 """Called with a decision kind and the seconds it took to carry out."""
 log = logging.getLogger("gctl.daemon")
 BLOCKED_BY = "gctl-daemon:unreachable"
+"""Who holds the core drain of a node that is not answering or not reconciled yet."""
 STARTING = "starting"
 """The reason of a job the pass sees on its GPUs while its start is under way."""
-"""Who holds the core drain of a node that is not answering or not reconciled yet."""
 
 
 def record_profiles(site: Site, seen: list[Observation], samples: Mapping[str, NodeSample]) -> None:
@@ -174,10 +174,10 @@ def _on_their_way(
     """Put each job whose start is under way on its GPUs, as the store will have it.
 
     The store records a start once it is done; until then the job looks
-    queued and its GPUs free. A pass that took them so decided the job
-    again (kept waiting, as busy) and gave its GPUs to other jobs, kept
-    waiting too, as busy: at 1,000 hosts with slow starts (10 hosts frozen),
-    most of a pass's placements waited so, pass after pass, for seconds.
+    queued and its GPUs free. Seen so, the job was decided again, and its
+    GPUs given to other jobs; all those decisions then waited for a later
+    pass (the job and GPUs busy), pass after pass. At 1,000 hosts with 10
+    frozen, while starts were slow, most of a pass's placements waited so.
     """
     for row, gpus in starting.items():
         js = state.jobs.get(core_job_id(row))
