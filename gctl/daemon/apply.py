@@ -103,8 +103,8 @@ BEGIN_WITHIN = 5.0
 """Seconds after its pass moved on that a placement or freeze may still begin.
 
 Past them, those not begun are dropped and decided again by a later pass:
-their lane is held by a host that hangs (an action may take up to the
-engine's timeout)."""
+their lane is held by earlier actions on the same node, slow or hung (an
+action may take up to the engine's timeout)."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 Turn = Place | Resume
@@ -462,8 +462,9 @@ class Applier:
     def _dropped(self, dropped: list[Decision]) -> None:
         """Note on each job whose start was dropped, not begun in time, why it waits longer.
 
-        Its lane was held by a host that does not answer, most likely the one
-        it was to start on; a later pass places it again.
+        Its lane was held by earlier actions on the node, slow (at 1,000
+        hosts, starts on nodes that never froze were seen to take 10 s) or
+        hung on a node that does not answer; a later pass places it again.
         """
         places = [d for d in dropped if isinstance(d, Place)]
         if not places:
@@ -473,7 +474,7 @@ class Applier:
                 row_id = self.snap.job_ids[d.job_id]
                 text = (
                     f"job {row_id}: start on {moves.where(d.gpus)} not begun within "
-                    f"{BEGIN_WITHIN:g} s (a host there does not answer); placed again"
+                    f"{BEGIN_WITHIN:g} s (earlier actions there slow or hung); placed again"
                 )
                 events.record(s, "job.delay", text, job_id=row_id)
 

@@ -476,7 +476,7 @@ def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pa
                 (
                     "job.delay",
                     f"job {ids[4]}: start on a1:4 not begun within 0 s"
-                    " (a host there does not answer); placed again",
+                    " (earlier actions there slow or hung); placed again",
                 )
             ]
             notes = s.scalars(select(EventRow.job_id).where(EventRow.kind == "job.delay")).all()
