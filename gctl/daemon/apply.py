@@ -322,8 +322,7 @@ class Applier:
         refused: list[tuple[Turn, HostError]] = []
         for d in turns:
             row_id = self.snap.job_ids[d.job_id]
-            placing = isinstance(d, Place)
-            waits = QUEUED_STATES if placing else SUSPENDED_STATES
+            waits = QUEUED_STATES if isinstance(d, Place) else SUSPENDED_STATES
             try:
                 with transaction(self.site.store.engine, write=False) as s:
                     if not _turn_free(s, row_id, self._holds[d.job_id], self.snap.gpu_ids, waits):
@@ -420,19 +419,17 @@ class Applier:
             return
         holds = {step.item.job_id: self._holds.get(step.item.job_id, ()) for step in steps}
 
-        def busy() -> tuple[frozenset[int], frozenset[GpuRef]]:
-            late = running.unfinished()
-            jobs = frozenset(ids[step.item.job_id] for step in late)
-            return jobs, frozenset(g for step in late for g in holds[step.item.job_id])
-
-        def starting() -> dict[int, tuple[GpuRef, ...]]:
-            return {
+        def narrow() -> None:
+            """Keep busy only what is still to be done: its jobs, their GPUs, starts under way."""
+            late = [step.item for step in running.unfinished()]
+            work.jobs = frozenset(ids[d.job_id] for d in late)
+            work.gpus = frozenset(g for d in late for g in holds[d.job_id])
+            work.starting = {
                 ids[d.job_id]: d.gpus
-                for d in (step.item for step in running.unfinished())
+                for d in late
                 if isinstance(d, Place) and d.mode is ShareMode.EXCLUSIVE
             }
 
-        jobs, gpus = busy()
         give_up = time.monotonic() + BEGIN_WITHIN
 
         def record(_: object = None) -> None:
@@ -442,22 +439,16 @@ class Applier:
                 dropped = Applied()
                 self._outcomes(running.take(), dropped)
                 self._dropped(dropped.deferred)
-            work.jobs, work.gpus = busy()
-            work.starting = starting()
+            narrow()
 
         # recorded each as it ends (progress), the last when the batch has (done)
         work = self.inflight.track(
-            f"host actions of {len(jobs)} job(s) past the pass",
-            running.future,
-            jobs,
-            gpus,
-            nodes,
-            record,
-            record,
+            "host actions past the pass", running.future, nodes=nodes, done=record, progress=record
         )
-        work.starting = starting()
-        self._busy_jobs |= jobs
-        self._busy_gpus |= gpus
+        narrow()
+        work.what = f"host actions of {len(work.jobs)} job(s) past the pass"
+        self._busy_jobs |= work.jobs
+        self._busy_gpus |= work.gpus
 
     def _dropped(self, dropped: list[Decision]) -> None:
         """Note on each job whose start was dropped, not begun in time, why it waits longer.
