@@ -45,6 +45,7 @@ containers stopped before it gets any new work.
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -61,6 +62,8 @@ from gctl.hosts.ssh import HostError
 from gctl.services import hostops, telemetry
 from gctl.services.telemetry import NodeSample
 from gctl.store.models import NodeRow, now
+
+log = logging.getLogger("gctl.daemon")
 
 if TYPE_CHECKING:
     from gctl.daemon.throttles import Throttles
@@ -209,7 +212,7 @@ def observe(
         for job in asked:
             report = reports.get(job.job_id)
             if report is not None and _worth_saving(site, job, report, job.job_id in ended):
-                site.save(row, job.job_id, job.attempt)
+                _keep_copy(site, row, job)
         sample = None
         if full:
             host = hostops.host(row, site.store_id, gpus)
@@ -233,6 +236,21 @@ def observe(
     except HostError as exc:
         why = str(exc).partition(": ")[2] or str(exc)  # without the node's name
         return Observation(row.name, began, seq, full, error=why)
+
+
+def _keep_copy(site: Site, row: NodeRow, job: JobHere) -> None:
+    """Copy the job's directory into the mirror; a local failure is logged, the look goes on.
+
+    The node answered, so a full disk or an unwritable mirror here is no
+    reason to call it down, nor to stop the daemon: the job then restarts
+    from the copy kept before, or from its own directory on this node.
+    """
+    try:
+        site.save(row, job.job_id, job.attempt)
+    except OSError as exc:
+        log.warning(
+            "job %d: could not copy attempt %d into the mirror: %s", job.job_id, job.attempt, exc
+        )
 
 
 def _worth_saving(site: Site, job: JobHere, report: jobfiles.Report, ended: bool) -> bool:
