@@ -100,11 +100,11 @@ APPLY_WITHIN = 0.5
 The rest go on in the background, each recorded as it ends
 (:meth:`Applier._act`)."""
 BEGIN_WITHIN = 5.0
-"""Seconds after its pass moved on that a placement or freeze may still begin.
-
-Past them, those not begun are dropped and decided again by a later pass:
-their lane is held by earlier actions on the same node, slow or hung (an
-action may take up to the engine's timeout)."""
+"""Seconds a host action may run, once its pass has moved on, before the
+placements and freezes waiting behind it are dropped, and decided again by
+a later pass (its host hangs, or is as slow: an action may take up to the
+engine's timeout); lanes not begun by then are dropped too. Lanes whose
+actions end sooner go on, however many there are."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 Turn = Place | Resume
@@ -394,8 +394,9 @@ class Applier:
         on and leaves the rest to go on in the background: each is recorded
         as it ends (the daemon collects its work in flight at every tick and
         while it waits for the next), its job and GPUs busy until then. None
-        is dropped, so a short wait changes no decision; only those not
-        begun :data:`BEGIN_WITHIN` seconds later are (a host that hangs).
+        is dropped, so a short wait changes no decision; only those held
+        behind an action running :data:`BEGIN_WITHIN` seconds are (a host
+        that hangs).
         """
         ids = self.snap.job_ids
         steps: list[lanes.Step[Batched]] = []
@@ -434,8 +435,8 @@ class Applier:
 
         def record(_: object = None) -> None:
             self._outcomes(running.take(), Applied())
-            if time.monotonic() > give_up and not running.cancelled:
-                running.cancel()
+            if time.monotonic() > give_up:
+                running.give_up(BEGIN_WITHIN)
                 dropped = Applied()
                 self._outcomes(running.take(), dropped)
                 self._dropped(dropped.deferred)
@@ -453,9 +454,10 @@ class Applier:
     def _dropped(self, dropped: list[Decision]) -> None:
         """Note on each job whose start was dropped, not begun in time, why it waits longer.
 
-        Its lane was held by earlier actions on the node, slow (at 1,000
-        hosts, starts on nodes that never froze were seen to take 10 s) or
-        hung on a node that does not answer; a later pass places it again.
+        Its lane was held by an earlier action on the node running past
+        :data:`BEGIN_WITHIN`: hung on a node that does not answer, or as
+        slow (at 1,000 hosts on two cores, starts on nodes that never froze
+        were seen to take 15 s); a later pass places it again.
         """
         places = [d for d in dropped if isinstance(d, Place)]
         if not places:
@@ -464,8 +466,8 @@ class Applier:
             for d in places:
                 row_id = self.snap.job_ids[d.job_id]
                 text = (
-                    f"job {row_id}: start on {moves.where(d.gpus)} not begun within "
-                    f"{BEGIN_WITHIN:g} s (earlier actions there slow or hung); placed again"
+                    f"job {row_id}: start on {moves.where(d.gpus)} not begun, held behind "
+                    f"host actions running over {BEGIN_WITHIN:g} s (slow or hung); placed again"
                 )
                 events.record(s, "job.delay", text, job_id=row_id)
 

@@ -7,11 +7,13 @@ are put into lanes: a job's actions all go, in order, into one lane (its
 freeze never overtakes its start); the jobs on one set of nodes are spread
 over :data:`PER_NODES` lanes; the lanes run side by side on at most
 ``workers`` threads. An action that fails takes the job's later actions in
-the batch with it, unrun (skipped: decided again next pass). What is done is handed back as it comes
-(:meth:`LaneRun.take`), so the caller can record it while the rest goes on;
-the caller may leave the rest to run on (:meth:`LaneRun.unfinished` is what
-it still keeps busy), and give up on a host that hangs: what was not begun
-is then dropped, what runs is finished and handed back later.
+the batch with it, unrun (skipped: decided again next pass). What is done
+is handed back as it comes (:meth:`LaneRun.take`), so the caller can record
+it while the rest goes on; the caller may leave the rest to run on
+(:meth:`LaneRun.unfinished` is what it still keeps busy), and give up on
+the lanes held by a host that hangs (an action running too long): what
+waits behind it is then dropped, what runs is finished and handed back
+later; lanes that move on, however slowly, go on.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ class LaneRun(Generic[T]):
     :meth:`take` hands back what has been done since the last call, in the
     order given (so a job's outcomes come in the order of its steps); steps
     without an action are done at once. :attr:`future` ends when every lane
-    has; :meth:`cancel` drops the lanes not started yet and every step not
-    begun.
+    has; :meth:`give_up` drops the lanes not started yet and the steps
+    waiting behind one that runs too long.
     Anything but a :class:`HostError` raised by an action is reported as
     that step's error, a ``HostError`` naming the bug.
     """
@@ -100,12 +102,15 @@ class LaneRun(Generic[T]):
             (i, Done(s.item, began)) for i, s in enumerate(steps) if s.action is None
         ]
         self._taken = 0
-        self._cancelled = False
         self._lock = threading.Lock()
         self._new = threading.Condition(self._lock)
-        self._todo = deque(lanes(steps))
-        self._open = {i: s for lane in self._todo for i, s in lane}
-        self._running: set[int] = set()
+        self._todo = deque(enumerate(lanes(steps)))
+        self._open = {i: s for _, lane in self._todo for i, s in lane}
+        self._lane_of = {i: index for index, lane in self._todo for i, _ in lane}
+        self._running: dict[int, tuple[int, float]] = {}
+        """The steps running: their position, and their lane and when they began (monotonic)."""
+        self._stopped: set[int] = set()
+        """Lanes given up: they begin no more steps."""
         self.future: Future[None] = Future()
         threads = max(1, min(workers, len(self._todo)))
         self._alive = threads if self._todo else 0
@@ -117,19 +122,19 @@ class LaneRun(Generic[T]):
     def _finish(self, position: int, done: Done[T]) -> None:
         with self._new:
             self._open.pop(position, None)
-            self._running.discard(position)
+            self._running.pop(position, None)
             self._finished.append((position, done))
             self._new.notify_all()
 
-    def _run_lane(self, lane: list[tuple[int, Step[T]]]) -> None:
+    def _run_lane(self, index: int, lane: list[tuple[int, Step[T]]]) -> None:
         failed: dict[Hashable, str] = {}
         for position, step in lane:
             began = time.time()
             with self._lock:
-                cancelled = self._cancelled
-                if not cancelled:
-                    self._running.add(position)
-            if cancelled:  # skipped by cancel, which has handed it back
+                stopped = index in self._stopped
+                if not stopped:
+                    self._running[position] = (index, time.monotonic())
+            if stopped:  # skipped by give_up, which has handed it back
                 continue
             if step.job in failed:  # not carried out: an earlier action on the job failed
                 self._finish(position, Done(step.item, began, skipped=True))
@@ -152,10 +157,10 @@ class LaneRun(Generic[T]):
         try:
             while True:
                 try:
-                    lane = self._todo.popleft()
+                    index, lane = self._todo.popleft()
                 except IndexError:
                     return
-                self._run_lane(lane)
+                self._run_lane(index, lane)
         finally:
             with self._new:
                 self._alive -= 1
@@ -184,22 +189,27 @@ class LaneRun(Generic[T]):
         with self._lock:
             return [step for _, step in sorted(self._open.items(), key=itemgetter(0))]
 
-    @property
-    def cancelled(self) -> bool:
-        """Whether :meth:`cancel` was called."""
-        with self._lock:
-            return self._cancelled
+    def give_up(self, stuck_after: float) -> None:
+        """Begin no more lanes, nor steps behind one that has run ``stuck_after`` seconds.
 
-    def cancel(self) -> None:
-        """Begin nothing more: the steps running end, every other is skipped at once.
-
-        At once includes the steps waiting in a lane behind one that runs
-        (on a host that hangs, it may run until the engine's timeout).
+        What is given up is handed back at once as skipped, including the
+        steps waiting behind a step that runs on (on a host that hangs, it
+        may run until the engine's timeout). Lanes whose step runs for less,
+        or that are between two steps, go on: their node is slow, not hung.
+        Called again later, it gives up the lanes that have got stuck since.
         """
+        mono = time.monotonic()
         with self._lock:
-            self._cancelled = True
+            self._stopped.update(index for index, _ in self._todo)
             self._todo.clear()
-            dropped = [(i, s) for i, s in self._open.items() if i not in self._running]
+            self._stopped.update(
+                index for index, began in self._running.values() if mono - began >= stuck_after
+            )
+            dropped = [
+                (i, s)
+                for i, s in self._open.items()
+                if i not in self._running and self._lane_of[i] in self._stopped
+            ]
         began = time.time()
         for position, step in dropped:
             self._finish(position, Done(step.item, began, skipped=True))

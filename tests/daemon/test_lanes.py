@@ -6,6 +6,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
 from gctl.daemon import lanes
 from gctl.daemon.lanes import Step
 from gctl.hosts.ssh import HostError
@@ -86,7 +88,7 @@ def test_what_is_done_comes_back_while_slow_lanes_go_on() -> None:
     assert running.future.done()
 
 
-def test_cancel_skips_at_once_all_not_begun_and_lets_what_runs_finish_later() -> None:
+def test_giving_up_skips_at_once_all_not_begun_and_lets_what_runs_finish_later() -> None:
     """A host that hangs: the caller gives up, and what waits behind it is handed back at once."""
     release = threading.Event()
     log: list[str] = []
@@ -98,7 +100,7 @@ def test_cancel_skips_at_once_all_not_begun_and_lets_what_runs_finish_later() ->
     running = lanes.LaneRun(steps, workers=1)  # one thread: the second lane waits its turn
     time.sleep(0.2)
     assert [s.item for s in running.unfinished()] == [s.item for s in steps]
-    running.cancel()
+    running.give_up(0.0)
     assert [s.item for s in running.unfinished()] == ["hung start"]
     skipped = running.take()
     assert sorted(d.item for d in skipped) == ["freeze after it", "start elsewhere"]
@@ -107,6 +109,49 @@ def test_cancel_skips_at_once_all_not_begun_and_lets_what_runs_finish_later() ->
     later = _all(running)
     assert [(d.item, d.skipped, d.error) for d in later] == [("hung start", False, None)]
     assert log == [] and running.future.done() and running.unfinished() == []
+
+
+def test_giving_up_spares_a_lane_that_moves_on_however_slowly() -> None:
+    """Only the steps behind an action running ``stuck_after`` are dropped (stop 48's drops).
+
+    At 1,000 hosts, starts waiting behind slow starts on a node that never
+    froze were dropped, their job decided again, as if the node hung.
+    """
+    hung, first_done, second_began, release = (threading.Event() for _ in range(4))
+    log: list[str] = []
+
+    def second() -> None:
+        second_began.set()
+        _wait(release)
+        log.append("slow 2")
+
+    steps = [
+        Step("hung start", 1, ("n1",), lambda: _wait(hung)),
+        Step("behind the hung", 2, ("n1",), _record(log, "behind the hung")),
+        Step("slow 1", 3, ("n2",), lambda: _wait(first_done)),
+        Step("slow 2", 4, ("n2",), second),
+        Step("slow 3", 5, ("n2",), _record(log, "slow 3")),
+    ]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lanes, "PER_NODES", 1)  # one lane per node: each waits behind the one before
+        running = lanes.LaneRun(steps, workers=2)
+    time.sleep(0.3)
+    first_done.set()
+    assert second_began.wait(10)
+    running.give_up(0.25)  # the hung start has run 0.3 s and more, "slow 2" just began
+    assert [(d.item, d.skipped) for d in running.take()] == [
+        ("behind the hung", True),
+        ("slow 1", False),
+    ]
+    release.set()
+    hung.set()
+    later = sorted(_all(running), key=lambda d: d.item)
+    assert [(d.item, d.skipped) for d in later] == [
+        ("hung start", False),
+        ("slow 2", False),
+        ("slow 3", False),
+    ]
+    assert log == ["slow 2", "slow 3"]
 
 
 def test_a_failure_takes_the_jobs_later_steps_and_leaves_the_others() -> None:

@@ -475,8 +475,8 @@ def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pa
             assert [(k, m) for k, m, _ in _events(s, ids[4])] == [
                 (
                     "job.delay",
-                    f"job {ids[4]}: start on a1:4 not begun within 0 s"
-                    " (earlier actions there slow or hung); placed again",
+                    f"job {ids[4]}: start on a1:4 not begun, held behind host actions"
+                    " running over 0 s (slow or hung); placed again",
                 )
             ]
             notes = s.scalars(select(EventRow.job_id).where(EventRow.kind == "job.delay")).all()
