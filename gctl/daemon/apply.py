@@ -100,11 +100,12 @@ APPLY_WITHIN = 0.5
 The rest go on in the background, each recorded as it ends
 (:meth:`Applier._act`)."""
 BEGIN_WITHIN = 5.0
-"""Seconds a host action may run, once its pass has moved on, before the
-placements and freezes waiting behind it are dropped, and decided again by
-a later pass (its host hangs, or is as slow: an action may take up to the
-engine's timeout); lanes not begun by then are dropped too. Lanes whose
-actions end sooner go on, however many there are."""
+"""Seconds after its pass moved on when a batch gives up what may never begin.
+
+From then on, the placements and freezes waiting behind an action on a
+node that does not answer (it may run until the engine's timeout) are
+dropped and decided again by a later pass, as are lanes not begun yet.
+Lanes on nodes that answer go on, however slow their actions."""
 Batched = Place | Queue | Suspend | Unpack
 """Decisions carried out in batches: a host action each, recorded together."""
 Turn = Place | Resume
@@ -395,8 +396,8 @@ class Applier:
         as it ends (the daemon collects its work in flight at every tick and
         while it waits for the next), its job and GPUs busy until then. None
         is dropped, so a short wait changes no decision; only those held
-        behind an action running :data:`BEGIN_WITHIN` seconds are (a host
-        that hangs).
+        behind an action on a node that stopped answering are, after
+        :data:`BEGIN_WITHIN` seconds.
         """
         ids = self.snap.job_ids
         steps: list[lanes.Step[Batched]] = []
@@ -436,7 +437,7 @@ class Applier:
         def record(_: object = None) -> None:
             self._outcomes(running.take(), Applied())
             if time.monotonic() > give_up:
-                running.give_up(BEGIN_WITHIN)
+                running.give_up(self.inflight.not_responding)
                 dropped = Applied()
                 self._outcomes(running.take(), dropped)
                 self._dropped(dropped.deferred)
@@ -454,10 +455,9 @@ class Applier:
     def _dropped(self, dropped: list[Decision]) -> None:
         """Note on each job whose start was dropped, not begun in time, why it waits longer.
 
-        Its lane was held by an earlier action on the node running past
-        :data:`BEGIN_WITHIN`: hung on a node that does not answer, or as
-        slow (at 1,000 hosts on two cores, starts on nodes that never froze
-        were seen to take 15 s); a later pass places it again.
+        Its lane was held by an earlier action on a node that does not
+        answer, or never began (every lane thread busy); a later pass
+        places it again.
         """
         places = [d for d in dropped if isinstance(d, Place)]
         if not places:
@@ -466,8 +466,9 @@ class Applier:
             for d in places:
                 row_id = self.snap.job_ids[d.job_id]
                 text = (
-                    f"job {row_id}: start on {moves.where(d.gpus)} not begun, held behind "
-                    f"host actions running over {BEGIN_WITHIN:g} s (slow or hung); placed again"
+                    f"job {row_id}: start on {moves.where(d.gpus)} not begun after "
+                    f"{BEGIN_WITHIN:g} s, held behind host actions (node not answering); "
+                    "placed again"
                 )
                 events.record(s, "job.delay", text, job_id=row_id)
 

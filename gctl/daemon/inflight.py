@@ -65,6 +65,11 @@ class Inflight:
         self._works: list[Work] = []
         self._lock = threading.Lock()
         self._seq: Counter[str] = Counter()
+        self.not_responding: set[str] = set()
+        """Nodes that do not answer: the watch's own set (:class:`gctl.daemon.watch.Watch`).
+
+        Work waiting behind an action on one of them may be given up.
+        """
 
     def submit(
         self,

@@ -11,9 +11,9 @@ the batch with it, unrun (skipped: decided again next pass). What is done
 is handed back as it comes (:meth:`LaneRun.take`), so the caller can record
 it while the rest goes on; the caller may leave the rest to run on
 (:meth:`LaneRun.unfinished` is what it still keeps busy), and give up on
-the lanes held by a host that hangs (an action running too long): what
-waits behind it is then dropped, what runs is finished and handed back
-later; lanes that move on, however slowly, go on.
+the lanes held by a host that hangs: what waits behind its action is then
+dropped, what runs is finished and handed back later; lanes on hosts that
+answer go on, however slowly.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from operator import itemgetter
@@ -91,7 +91,7 @@ class LaneRun(Generic[T]):
     order given (so a job's outcomes come in the order of its steps); steps
     without an action are done at once. :attr:`future` ends when every lane
     has; :meth:`give_up` drops the lanes not started yet and the steps
-    waiting behind one that runs too long.
+    waiting behind one on a host that hangs.
     Anything but a :class:`HostError` raised by an action is reported as
     that step's error, a ``HostError`` naming the bug.
     """
@@ -107,8 +107,8 @@ class LaneRun(Generic[T]):
         self._todo = deque(enumerate(lanes(steps)))
         self._open = {i: s for _, lane in self._todo for i, s in lane}
         self._lane_of = {i: index for index, lane in self._todo for i, _ in lane}
-        self._running: dict[int, tuple[int, float]] = {}
-        """The steps running: their position, and their lane and when they began (monotonic)."""
+        self._running: dict[int, int] = {}
+        """The steps running: their position, and their lane."""
         self._stopped: set[int] = set()
         """Lanes given up: they begin no more steps."""
         self.future: Future[None] = Future()
@@ -133,7 +133,7 @@ class LaneRun(Generic[T]):
             with self._lock:
                 stopped = index in self._stopped
                 if not stopped:
-                    self._running[position] = (index, time.monotonic())
+                    self._running[position] = index
             if stopped:  # skipped by give_up, which has handed it back
                 continue
             if step.job in failed:  # not carried out: an earlier action on the job failed
@@ -189,21 +189,23 @@ class LaneRun(Generic[T]):
         with self._lock:
             return [step for _, step in sorted(self._open.items(), key=itemgetter(0))]
 
-    def give_up(self, stuck_after: float) -> None:
-        """Begin no more lanes, nor steps behind one that has run ``stuck_after`` seconds.
+    def give_up(self, hung: Collection[str]) -> None:
+        """Begin no more lanes, nor steps behind one running on a node of ``hung``.
 
         What is given up is handed back at once as skipped, including the
         steps waiting behind a step that runs on (on a host that hangs, it
-        may run until the engine's timeout). Lanes whose step runs for less,
-        or that are between two steps, go on: their node is slow, not hung.
-        Called again later, it gives up the lanes that have got stuck since.
+        may run until the engine's timeout). Lanes whose step runs on other
+        nodes, or that are between two steps, go on: their node may be
+        slow, but it answers. Called again later, it gives up the lanes
+        whose node has stopped answering since.
         """
-        mono = time.monotonic()
         with self._lock:
             self._stopped.update(index for index, _ in self._todo)
             self._todo.clear()
             self._stopped.update(
-                index for index, began in self._running.values() if mono - began >= stuck_after
+                index
+                for position, index in self._running.items()
+                if any(node in hung for node in self._open[position].nodes)
             )
             dropped = [
                 (i, s)

@@ -297,7 +297,7 @@ class Watch:
         self.latest: dict[str, Observation] = {}
         self.samples: dict[str, NodeSample] = {}
         """Each node's latest GPU sample (full observations only take one)."""
-        self.not_responding: set[str] = set()
+        self.not_responding: set[str] = inflight.not_responding  # the work in flight reads it
         self.unreconciled: set[str] = set()
         self._known: set[str] = set()
         self._running: dict[str, Task[Observation]] = {}

@@ -452,7 +452,27 @@ def test_a_start_queued_behind_a_slow_one_goes_on_after_the_pass_and_is_recorded
                 assert s.get(JobRow, job).state == "RUNNING"
 
 
-def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pass(
+def test_a_start_behind_a_slow_one_on_a_node_that_answers_is_never_dropped(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past BEGIN_WITHIN, a lane on a node that answers goes on (slow starts at 1,000 hosts)."""
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
+    monkeypatch.setattr(apply, "BEGIN_WITHIN", 0.0)
+    ids, decide = _five_on_one_node(store)
+    snap = read(store.engine, now=time.time())
+    with _slow(store, tmp_path, [ids[0]]) as (site, inflight):
+        inflight.not_responding.add("b7")  # another node
+        Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+        inflight.collect()
+        inflight.wait(10)
+        inflight.collect()
+        assert site.started == [*ids[1:4], ids[0], ids[4]]
+        with transaction(store.engine, write=False) as s:
+            assert _gpus(s, ids[4]) == [("a1", 4, "exclusive")]
+            assert s.scalars(select(EventRow).where(EventRow.kind == "job.delay")).all() == []
+
+
+def test_starts_behind_an_action_on_a_node_not_answering_are_dropped_and_left_to_a_later_pass(
     store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lane held by a host that hangs: what waits behind it is decided again, not kept busy."""
@@ -462,6 +482,7 @@ def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pa
     snap = read(store.engine, now=time.time())
     with _slow(store, tmp_path, [ids[0]]) as (site, inflight):
         Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+        inflight.not_responding.add("a1")  # the watch finds it not answering
         inflight.collect()  # past BEGIN_WITHIN: the fifth start is given up
         inflight.wait(10)
         inflight.collect()
@@ -475,8 +496,8 @@ def test_starts_not_begun_long_after_the_pass_are_dropped_and_left_to_a_later_pa
             assert [(k, m) for k, m, _ in _events(s, ids[4])] == [
                 (
                     "job.delay",
-                    f"job {ids[4]}: start on a1:4 not begun, held behind host actions"
-                    " running over 0 s (slow or hung); placed again",
+                    f"job {ids[4]}: start on a1:4 not begun after 0 s, held behind host"
+                    " actions (node not answering); placed again",
                 )
             ]
             notes = s.scalars(select(EventRow.job_id).where(EventRow.kind == "job.delay")).all()
