@@ -178,13 +178,20 @@ def _on_their_way(
     GPUs given to other jobs; all those decisions then waited for a later
     pass (the job and GPUs busy), pass after pass. At 1,000 hosts with 10
     frozen, while starts were slow, most of a pass's placements waited so.
+
+    A start on a node marked down since (it hangs until the engine's
+    timeout) is left out: the state has no room on such a node, and the
+    job's decisions wait (busy) until the start ends.
     """
+    nodes = state.nodes
     for row, gpus in starting.items():
         js = state.jobs.get(core_job_id(row))
         if js is None or js.status is not JobStatus.PENDING:
             continue
-        nodes = state.nodes
-        if all(n in nodes and i < nodes[n].size and nodes[n].group_of[i] is None for n, i in gpus):
+        if all(
+            n in nodes and nodes[n].up and i < nodes[n].size and nodes[n].group_of[i] is None
+            for n, i in gpus
+        ):
             state.apply(Place(js.id, gpus, ShareMode.EXCLUSIVE, STARTING), now)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from sitekit import NoContainerSite
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 from storekit import node, on_gpus, req
 
@@ -609,3 +609,33 @@ def test_a_pass_sees_a_start_under_way_on_its_gpus(
         with transaction(store.engine, write=False) as s:
             assert _gpus(s, a) == [("a1", 0, "exclusive")]
             assert _gpus(s, c) == [("a1", 1, "exclusive")]
+
+
+def test_a_pass_goes_on_while_a_start_is_under_way_on_a_node_that_stopped_answering(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job stays queued in the pass's view; its node is down (past the node timeout).
+
+    Putting it on its GPUs of a node down raised, and every reactive pass
+    failed until the start ended: at 1,000 hosts with 10 frozen, for 40 s.
+    """
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.05)
+    node(store, "a1", "2xV100-16GB")
+    node(store, "b1", "4xV100-16GB")
+    (a,) = jobs.submit(store, [req(2)])
+    with _slow(store, tmp_path, [a]) as (site, inflight):
+        passes.reactive_pass(site, GandivaPolicy(), time.time(), lambda k, s: None, inflight)
+        ((held, gpus),) = inflight.starting().items()
+        assert held == a
+        frozen = gpus[0][0]
+        with transaction(store.engine, write=True) as s:
+            s.execute(update(NodeRow).where(NodeRow.name == frozen).values(admin_state="down"))
+        (c,) = jobs.submit(store, [req(1)])
+        applied = passes.reactive_pass(
+            site, GandivaPolicy(), time.time(), lambda k, s: None, inflight, blocked={frozen}
+        )
+        placed = [d for d in applied.done if isinstance(d, Place)]
+        assert [d.job_id for d in placed] == [str(c)]
+        assert all(n != frozen for d in placed for n, _ in d.gpus)
+        inflight.wait(10)
+        inflight.collect()
