@@ -53,8 +53,8 @@ class Heartbeat:
             if o.error is None:
                 since = self._failing_since.pop(o.node, None)
                 looks = self._failed_looks.pop(o.node, 0)
-                if since is not None:
-                    outages[o.node] = (o.began - since, looks)
+                if since is not None:  # until now: a look that hung answers long after it began
+                    outages[o.node] = (max(at, o.began) - since, looks)
             else:
                 self._failing_since.setdefault(o.node, o.began)
                 self._failed_looks[o.node] = self._failed_looks.get(o.node, 0) + 1
