@@ -452,56 +452,58 @@ def test_a_start_queued_behind_a_slow_one_goes_on_after_the_pass_and_is_recorded
                 assert s.get(JobRow, job).state == "RUNNING"
 
 
-def test_a_start_behind_a_slow_one_on_a_node_that_answers_is_never_dropped(
-    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past BEGIN_WITHIN, a lane on a node that answers goes on (slow starts at 1,000 hosts)."""
+def _past_begin_within(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, not_answering: str
+) -> tuple[list[int], list[int]]:
+    """Five starts on a1, the first slow, carried out with ``not_answering`` not answering.
+
+    The lanes are looked at past BEGIN_WITHIN; the jobs, and those started, once all ended.
+    """
     monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
     monkeypatch.setattr(apply, "BEGIN_WITHIN", 0.0)
     ids, decide = _five_on_one_node(store)
     snap = read(store.engine, now=time.time())
     with _slow(store, tmp_path, [ids[0]]) as (site, inflight):
-        inflight.not_responding.add("b7")  # another node
         Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
+        inflight.not_responding.add(not_answering)  # as the watch finds it
         inflight.collect()
         inflight.wait(10)
         inflight.collect()
-        assert site.started == [*ids[1:4], ids[0], ids[4]]
-        with transaction(store.engine, write=False) as s:
-            assert _gpus(s, ids[4]) == [("a1", 4, "exclusive")]
-            assert s.scalars(select(EventRow).where(EventRow.kind == "job.delay")).all() == []
+        assert inflight.busy_jobs == set()
+        return ids, site.started
+
+
+def test_a_start_behind_a_slow_one_on_a_node_that_answers_is_never_dropped(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past BEGIN_WITHIN, a lane on a node that answers goes on (slow starts at 1,000 hosts)."""
+    ids, started = _past_begin_within(store, tmp_path, monkeypatch, "b7")
+    assert started == [*ids[1:4], ids[0], ids[4]]
+    with transaction(store.engine, write=False) as s:
+        assert _gpus(s, ids[4]) == [("a1", 4, "exclusive")]
+        assert s.scalars(select(EventRow).where(EventRow.kind == "job.delay")).all() == []
 
 
 def test_starts_behind_an_action_on_a_node_not_answering_are_dropped_and_left_to_a_later_pass(
     store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lane held by a host that hangs: what waits behind it is decided again, not kept busy."""
-    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.1)
-    monkeypatch.setattr(apply, "BEGIN_WITHIN", 0.0)
-    ids, decide = _five_on_one_node(store)
-    snap = read(store.engine, now=time.time())
-    with _slow(store, tmp_path, [ids[0]]) as (site, inflight):
-        Applier(site, snap, lambda kind, seconds: None, inflight).apply(decide)
-        inflight.not_responding.add("a1")  # the watch finds it not answering
-        inflight.collect()  # past BEGIN_WITHIN: the fifth start is given up
-        inflight.wait(10)
-        inflight.collect()
-        assert inflight.busy_jobs == set()
-        assert site.started == [*ids[1:4], ids[0]]
-        with transaction(store.engine, write=False) as s:
-            assert _gpus(s, ids[0]) == [("a1", 0, "exclusive")]
-            row = s.get(JobRow, ids[4])
-            assert row is not None and (row.state, _gpus(s, ids[4])) == ("PENDING", [])
-            # why it waits longer, for gctl why and the events (the others have no such note)
-            assert [(k, m) for k, m, _ in _events(s, ids[4])] == [
-                (
-                    "job.delay",
-                    f"job {ids[4]}: start on a1:4 not begun after 0 s, held behind host"
-                    " actions (node not answering); placed again",
-                )
-            ]
-            notes = s.scalars(select(EventRow.job_id).where(EventRow.kind == "job.delay")).all()
-            assert notes == [ids[4]]
+    ids, started = _past_begin_within(store, tmp_path, monkeypatch, "a1")
+    assert started == [*ids[1:4], ids[0]]
+    with transaction(store.engine, write=False) as s:
+        assert _gpus(s, ids[0]) == [("a1", 0, "exclusive")]
+        row = s.get(JobRow, ids[4])
+        assert row is not None and (row.state, _gpus(s, ids[4])) == ("PENDING", [])
+        # why it waits longer, for gctl why and the events (the others have no such note)
+        assert [(k, m) for k, m, _ in _events(s, ids[4])] == [
+            (
+                "job.delay",
+                f"job {ids[4]}: start on a1:4 not begun after 0 s, held behind host"
+                " actions (node not answering); placed again",
+            )
+        ]
+        notes = s.scalars(select(EventRow.job_id).where(EventRow.kind == "job.delay")).all()
+        assert notes == [ids[4]]
 
 
 def test_a_pass_stops_waiting_for_hosts_when_the_tick_needs_it_to(
