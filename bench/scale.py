@@ -32,6 +32,10 @@ periods: 1 s tick, 5 s heartbeat, or ``--heartbeat-every``) with
 - with ``--freeze K``: K hosts frozen (SIGSTOP of their sshd and sessions)
   half-way through the load, the stream going on; how long until each is
   marked down, against ``--node-timeout`` (default 20 s here);
+- ran twice (``twice``): the load's containers that reconcile found still
+  running beside their job's later attempt, or of a job no longer
+  running, and removed (``job.stray`` events; a container the watchdog
+  killed first is not seen);
 - stop: seconds from SIGTERM until the daemon exited, and how many hosts'
   watchdogs it told to stand down on its way out (``stood-down``: their
   lease file says so; a watchdog not told stops its jobs once the lease
@@ -312,7 +316,17 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         daemon.wait(120)
         row["stop_s"] = time.monotonic() - stopping
     row["stood_down"] = _stood_down(store)
+    row["twice"] = _strays(store, ids)
     return row
+
+
+def _strays(store: db.Store, ids: list[int]) -> int:
+    """How many of the jobs ``ids`` had a container removed by reconcile while it still ran."""
+    with transaction(store.engine, write=False) as s:
+        query = select(EventRow.job_id).where(
+            EventRow.kind == "job.stray", EventRow.job_id.in_(ids)
+        )
+        return len(set(s.scalars(query)))
 
 
 def _stood_down(store: db.Store) -> int:
@@ -365,7 +379,7 @@ def main() -> None:
         backend = "PostgreSQL" if args.postgres else "SQLite"
         head = "hosts  seen(s) downs idle-round idle-CPU idle-RSS idle-tick machine"
         head += " load-round submit->run p50/p99  others-p99  start p50/p99  tick-p99  RSS  ran"
-        head += "  frozen-down  stop  stood-down"
+        head += "  frozen-down  twice  stop  stood-down"
         print(f"{head}  ({backend})")
         for n in [int(x) for x in args.hosts.split(",")]:
             r = run_one(n, args, tmp)
@@ -377,7 +391,8 @@ def main() -> None:
                 f"  {r['load_round_s']:8.1f}s  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
                 f"  {r['p99_others_s']:9.2f}s  {r['start']:>13}  {r['tick_p99']:>8}"
                 f"  {r['rss_mib']:4.0f}M"
-                f"  {r['ran']}  {frozen}  {r['stop_s']:5.1f}s  {r['stood_down']}/{n}",
+                f"  {r['ran']}  {frozen}  {r['twice']:5d}"
+                f"  {r['stop_s']:5.1f}s  {r['stood_down']}/{n}",
                 flush=True,
             )
             if args.postgres:  # a fresh database per N

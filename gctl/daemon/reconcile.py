@@ -124,7 +124,7 @@ def _node(
         row = s.get(JobRow, job_id) if job_id is not None else None
         if row is None or c.attempt != row.attempt or row.op is not None:
             if row is None or row.op is None:
-                _remove(site, inflight, node, c, out)
+                _remove(site, inflight, s, node, c, row, out)
             continue
         if row.id in held:
             present.add(row.id)
@@ -140,7 +140,7 @@ def _node(
             present.add(row.id)
             out.adopted.append(row.id)
         else:
-            _remove(site, inflight, node, c, out)
+            _remove(site, inflight, s, node, c, row, out)
     for job_id, state in held.items():
         if job_id not in present and job_id not in busy and state == "RUNNING":
             row = s.get(JobRow, job_id)
@@ -169,8 +169,21 @@ def _gpus(node: NodeRow, c: ContainerState) -> list[GpuRef]:
     return [(node.name, i) for i in c.gpu_indices]
 
 
-def _remove(site: Site, inflight: Inflight, node: NodeRow, c: ContainerState, out: Report) -> None:
-    """Remove a container the store does not account for (forced: a running one is killed)."""
+def _remove(
+    site: Site,
+    inflight: Inflight,
+    s: Session,
+    node: NodeRow,
+    c: ContainerState,
+    row: JobRow | None,
+    out: Report,
+) -> None:
+    """Remove a container the store does not account for (forced: a running one is killed).
+
+    One still running gets a ``job.stray`` event, in ``s``: most often an
+    attempt requeued while its node was away, which ran until now beside
+    the job's current attempt (the watchdog there should have killed it).
+    """
     inflight.submit(
         f"removing stale container {c.name} on {node.name}",
         lambda: site.remove(node, c),
@@ -178,6 +191,17 @@ def _remove(site: Site, inflight: Inflight, node: NodeRow, c: ContainerState, ou
         gpus=_gpus(node, c),
     )
     out.removed.append(c.name)
+    if not (c.running or c.paused):
+        return
+    if row is None:
+        text = f"container {c.name} on {node.name} still running, of no job in the store; removed"
+    else:
+        text = (
+            f"job {row.id}: attempt {c.attempt} still running on {node.name}, the job is at "
+            f"attempt {row.attempt} ({row.state}); removed"
+        )
+    data = {"container": c.name, "attempt": c.attempt, "started_at": c.started_at}
+    events.record(s, "job.stray", text, job_id=row.id if row else None, node=node.name, data=data)
 
 
 def _act(site: Site, inflight: Inflight, node: NodeRow, c: ContainerState, how: str) -> None:

@@ -123,6 +123,43 @@ def test_a_running_container_the_store_lost_is_adopted(host_store: db.Store, sit
     assert reconcile(site).adopted == []  # level-triggered: nothing left to do
 
 
+def _strays(store: db.Store) -> list[tuple[int | None, str | None, str]]:
+    """The ``job.stray`` events: job, node, text."""
+    with transaction(store.engine, write=False) as s:
+        query = select(EventRow.job_id, EventRow.node, EventRow.message).where(
+            EventRow.kind == "job.stray"
+        )
+        return [tuple(r) for r in s.execute(query)]  # type: ignore[misc]
+
+
+def test_an_old_attempt_still_running_is_removed_and_said(host_store: db.Store, site: Site) -> None:
+    """A job requeued while its node was away, whose container there was never killed.
+
+    It ran beside the job's next attempt: a job running twice, which the
+    event makes visible (bench/scale.py counts them).
+    """
+    job = _submit(host_store)
+    _start_unrecorded(site, job, "h1", 0)
+    with transaction(host_store.engine, write=True) as s:
+        row = s.get(JobRow, job)
+        assert row is not None
+        row.attempt = 1  # requeued, as for a node down: the next attempt waits
+
+    report = reconcile(site)
+
+    assert report.removed == [_name(site, job, 0, "h1")]
+    assert _containers("h1") == []
+    assert _strays(host_store) == [
+        (
+            job,
+            "h1",
+            f"job {job}: attempt 0 still running on h1, the job is at attempt 1 (PENDING); removed",
+        )
+    ]
+    reconcile(site)
+    assert len(_strays(host_store)) == 1  # said once: the container is gone
+
+
 def test_a_container_of_no_stored_job_is_removed_and_a_vanished_one_restarted(
     host_store: db.Store, site: Site
 ) -> None:
@@ -142,6 +179,14 @@ def test_a_container_of_no_stored_job_is_removed_and_a_vanished_one_restarted(
 
     assert report.removed == [_name(site, orphan, 0, "h1")] and report.restarted == [kept]
     assert _containers("h1") == []
+    assert _strays(host_store) == [
+        (
+            None,
+            "h1",
+            f"container {_name(site, orphan, 0, 'h1')} on h1 still running, "
+            "of no job in the store; removed",
+        )
+    ]
     assert _containers("h2") == [f"{_name(site, kept, 1, 'h2')} running"]
     with transaction(host_store.engine, write=False) as s:
         row = s.get(JobRow, kept)
