@@ -107,8 +107,7 @@ class LaneRun(Generic[T]):
         self._todo = deque(enumerate(lanes(steps)))
         self._open = {i: s for _, lane in self._todo for i, s in lane}
         self._lane_of = {i: index for index, lane in self._todo for i, _ in lane}
-        self._running: dict[int, int] = {}
-        """The steps running: their position, and their lane."""
+        self._running: set[int] = set()
         self._stopped: set[int] = set()
         """Lanes given up: they begin no more steps."""
         self.future: Future[None] = Future()
@@ -122,7 +121,7 @@ class LaneRun(Generic[T]):
     def _finish(self, position: int, done: Done[T]) -> None:
         with self._new:
             self._open.pop(position, None)
-            self._running.pop(position, None)
+            self._running.discard(position)
             self._finished.append((position, done))
             self._new.notify_all()
 
@@ -133,7 +132,7 @@ class LaneRun(Generic[T]):
             with self._lock:
                 stopped = index in self._stopped
                 if not stopped:
-                    self._running[position] = index
+                    self._running.add(position)
             if stopped:  # skipped by give_up, which has handed it back
                 continue
             if step.job in failed:  # not carried out: an earlier action on the job failed
@@ -203,8 +202,8 @@ class LaneRun(Generic[T]):
             self._stopped.update(index for index, _ in self._todo)
             self._todo.clear()
             self._stopped.update(
-                index
-                for position, index in self._running.items()
+                self._lane_of[position]
+                for position in self._running
                 if any(node in hung for node in self._open[position].nodes)
             )
             dropped = [
