@@ -3,7 +3,7 @@
 #
 #   scripts/scalehosts.sh start N [ENGINES]  # hosts s1..sN sharing ENGINES engines (default 2)
 #   scripts/scalehosts.sh env                # JSON description of the hosts (as testhosts.sh env)
-#   scripts/scalehosts.sh freeze NAME...     # SIGSTOP hosts' sshd and sessions (hung hosts)
+#   scripts/scalehosts.sh freeze NAME...     # SIGSTOP hosts' sshd and sessions, at once
 #   scripts/scalehosts.sh thaw NAME...       # SIGCONT them
 #   scripts/scalehosts.sh stop               # stop everything, delete the state dir
 #
@@ -156,20 +156,40 @@ cmd_env() {
   printf ']}\n'
 }
 
-# A process and all its descendants (a host's sshd and its sessions).
-tree() {
-  local c
-  printf '%s\n' "$1"
-  for c in $(pgrep -P "$1" || true); do tree "$c"; done
+# The pids of processes ROOT... and all their descendants, from one look at the process table.
+trees() {
+  ps -e -o pid=,ppid= | awk -v roots="$*" '
+    BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) keep[r[i]] = 1 }
+    { parent[$1] = $2 }
+    END {
+      do {
+        grew = 0
+        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; grew = 1 }
+      } while (grew)
+      for (p in keep) print p
+    }'
 }
 
-# SIGSTOP or SIGCONT host NAME's sshd and every process of its sessions.
-signal_host() {
-  local sig=$1 name=$2 pid
-  [[ $name =~ ^s([0-9]+)$ ]] || die "bad host name '$name' (expected s1..sN)"
-  pid=$(sshd_pid "${BASH_REMATCH[1]}") || die "$name does not run"
-  # shellcheck disable=SC2046 # pids
-  kill "-$sig" $(tree "$pid") 2>/dev/null || true # a session may end meanwhile
+# SIGSTOP or SIGCONT hosts NAME...: each one's sshd and every process of its sessions, all
+# hosts at once (one look at the process table, one kill), as a switch failing would. Looked
+# at again until no process is new: a session may fork between the look and the signal.
+signal_hosts() {
+  local sig=$1 name pid round roots=() fresh
+  local -A sent=()
+  shift
+  for name in "$@"; do
+    [[ $name =~ ^s([0-9]+)$ ]] || die "bad host name '$name' (expected s1..sN)"
+    pid=$(sshd_pid "${BASH_REMATCH[1]}") || die "$name does not run"
+    roots+=("$pid")
+  done
+  for round in 1 2 3 4 5; do
+    fresh=()
+    for pid in $(trees "${roots[@]}"); do
+      [ -n "${sent[$pid]:-}" ] || { fresh+=("$pid") && sent[$pid]=1; }
+    done
+    [ "${#fresh[@]}" -gt 0 ] || return 0
+    kill "-$sig" "${fresh[@]}" 2>/dev/null || true # a session may end meanwhile
+  done
 }
 
 cmd_stop() {
@@ -185,8 +205,8 @@ cmd_stop() {
 case "${1:-}" in
   start) cmd_start "${2:-}" "${3:-2}" ;;
   env) cmd_env ;;
-  freeze) shift && for h in "$@"; do signal_host STOP "$h"; done ;;
-  thaw) shift && for h in "$@"; do signal_host CONT "$h"; done ;;
+  freeze) shift && signal_hosts STOP "$@" ;;
+  thaw) shift && signal_hosts CONT "$@" ;;
   stop) cmd_stop ;;
   *)
     sed -n '2,9p' "$0" >&2

@@ -53,6 +53,22 @@ def _parent(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
+def _tree_states(root: int) -> dict[int, str]:
+    """The state letter (R, S, T...) of ``root`` and of each of its descendants, by pid."""
+    table: dict[int, tuple[int, str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        table[int(stat.parent.name)] = (int(fields[1]), fields[0])
+    found, grew = {root}, True
+    while grew:
+        more = {pid for pid, (parent, _) in table.items() if parent in found} - found
+        found, grew = found | more, bool(more)
+    return {pid: table[pid][1] for pid in found if pid in table}
+
+
 def _sshd_count() -> int:
     return len(_sshd_pids())
 
@@ -81,12 +97,18 @@ def test_light_hosts_answer_as_nodes_hang_when_frozen_and_stop_without_a_trace(
     store = light_store(light, str(tmp_path / "gctl.db"))
     with Pool(connect_timeout=3.0, command_timeout=5.0, ssh_config=Path("/nonexistent")) as pool:
         assert [p.responding for p in probe.probe(store, pool=pool)] == [True, True, True]
-        _harness("freeze", "s2")
+        listeners = {n: int(Path(DIR, n, "sshd.pid").read_text()) for n in ("s1", "s2", "s3")}
+        _harness("freeze", "s2", "s3")  # at once: every process of both, sessions included
         try:
+            frozen = {n: _tree_states(listeners[n]) for n in ("s1", "s2", "s3")}
             got = {p.node.name: p.responding for p in probe.probe(store, pool=pool)}
         finally:
-            _harness("thaw", "s2")
-        assert got == {"s1": True, "s2": False, "s3": True}
+            _harness("thaw", "s2", "s3")
+        assert all(len(frozen[n]) > 1 for n in ("s2", "s3"))  # a session of the pool's, too
+        assert set(frozen["s2"].values()) == set(frozen["s3"].values()) == {"T"}
+        assert "T" not in frozen["s1"].values()
+        assert got == {"s1": True, "s2": False, "s3": False}
+        assert "T" not in _tree_states(listeners["s2"]).values()
         assert all(p.responding for p in probe.probe(store, pool=pool))
     _harness("stop")
     assert _sshd_count() == 0 and not Path(DIR).exists()
