@@ -27,8 +27,11 @@ periods: 1 s tick, 5 s heartbeat, or ``--heartbeat-every``) with
   to their record, the container started; the buckets of the daemon's
   ``gctl_decision_latency_seconds{kind="place"}`` they fall in), the tick
   time p99 of the ticks from the end of the idle window to then (the
-  start's ticks, while the daemon first connects, are in neither) and the
-  heartbeat round under load;
+  start's ticks, while the daemon first connects, are in neither), the
+  heartbeat round under load, the daemon's CPU over the load (``load-CPU``,
+  share of one core, from the first submission until they have all run)
+  and how busy the whole machine was meanwhile (``busy``, share of all its
+  cores: hosts, engines, jobs, the store's server and the daemon);
 - with ``--freeze K``: K hosts frozen (SIGSTOP of their sshd and sessions)
   half-way through the load, the stream going on; how long until each is
   marked down, against ``--node-timeout`` (default 20 s here);
@@ -119,6 +122,12 @@ def _cpu_seconds(pid: int) -> float:
 def _rss_mib(pid: int) -> float:
     found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
     return int(found.group(1)) / 1024 if found else 0.0
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """The machine's busy and total CPU time so far (clock ticks, all cores: ``/proc/stat``)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(values) - values[3] - values[4], sum(values)  # less idle and iowait
 
 
 def _machine_used_mib() -> float:
@@ -284,6 +293,7 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         row["machine_mib"] = _machine_used_mib()
         ids: list[int] = []
         sizes = [1, 1, 1, 2, 4]
+        cpu0, busy0 = _cpu_seconds(daemon.pid), _machine_ticks()
         start = time.monotonic()
         names: list[str] = []
         freezing: Future[float] | None = None
@@ -299,6 +309,9 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             row["load_round_s"] = _watch_round(store, 10.0, names)
         frozen_s = freezing.result() if freezing is not None else None
         waits = _submit_to_running(store, ids, within=RUN_WAIT)
+        busy1 = _machine_ticks()
+        row["load_cpu"] = (_cpu_seconds(daemon.pid) - cpu0) / (time.monotonic() - start)
+        row["load_busy"] = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
         row["ran"] = f"{len(waits)}/{len(ids)}"
         row["p50_s"] = statistics.median(waits.values()) if waits else float("nan")
         row["p99_s"] = _p99(list(waits.values()))
@@ -378,7 +391,8 @@ def main() -> None:
             args.db_url = _postgres(tmp)
         backend = "PostgreSQL" if args.postgres else "SQLite"
         head = "hosts  seen(s) downs idle-round idle-CPU idle-RSS idle-tick machine"
-        head += " load-round submit->run p50/p99  others-p99  start p50/p99  tick-p99  RSS  ran"
+        head += " load-round load-CPU busy submit->run p50/p99  others-p99  start p50/p99"
+        head += "  tick-p99  RSS  ran"
         head += "  frozen-down  twice  stop  stood-down"
         print(f"{head}  ({backend})")
         for n in [int(x) for x in args.hosts.split(",")]:
@@ -388,7 +402,8 @@ def main() -> None:
                 f"{n:5d}  {r['all_seen_s']:6.1f}  {r['start_downs']:5d}  {r['idle_round_s']:8.1f}s"
                 f"  {100 * r['idle_cpu']:6.1f}%  {r['idle_rss_mib']:6.0f}M  {r['idle_tick_p99']:>9}"
                 f"  {r['machine_mib'] / 1024:5.1f}G"
-                f"  {r['load_round_s']:8.1f}s  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
+                f"  {r['load_round_s']:8.1f}s  {100 * r['load_cpu']:7.1f}%"
+                f"  {100 * r['load_busy']:3.0f}%  {r['p50_s']:6.2f}/{r['p99_s']:.2f}s"
                 f"  {r['p99_others_s']:9.2f}s  {r['start']:>13}  {r['tick_p99']:>8}"
                 f"  {r['rss_mib']:4.0f}M"
                 f"  {r['ran']}  {frozen}  {r['twice']:5d}"
