@@ -25,7 +25,7 @@
 #
 # State lives in DIR=${GCTL_SCALEHOSTS_DIR:-/tmp/gctl-scalehosts}; PORT is
 # ${GCTL_SCALEHOSTS_PORT:-2322}. Needs root. Cost, measured on this project's 2-core CI
-# machine: see README.md's "Many light hosts" section.
+# machine: see README.md's "Many light hosts" section (every run: bench/scale-runs.md).
 set -Eeuo pipefail
 
 HERE=$(cd -- "$(dirname -- "$0")" && pwd -P)
