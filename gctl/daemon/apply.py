@@ -422,8 +422,13 @@ class Applier:
         holds = {step.item.job_id: self._holds.get(step.item.job_id, ()) for step in steps}
 
         def narrow() -> None:
-            """Keep busy only what is still to be done: its jobs, their GPUs, starts under way."""
-            late = [step.item for step in running.unfinished()]
+            """Keep busy only what is not recorded yet: its jobs, their GPUs, starts under way.
+
+            A step that ended after :meth:`record` took the others stays busy
+            until the next: a pass meanwhile would see its job queued and its
+            GPUs free, and place it a second time.
+            """
+            late = [step.item for step in running.outstanding()]
             work.jobs = frozenset(ids[d.job_id] for d in late)
             work.gpus = frozenset(g for d in late for g in holds[d.job_id])
             work.starting = {

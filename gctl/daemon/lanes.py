@@ -102,6 +102,7 @@ class LaneRun(Generic[T]):
             (i, Done(s.item, began)) for i, s in enumerate(steps) if s.action is None
         ]
         self._taken = 0
+        self._steps = list(steps)
         self._lock = threading.Lock()
         self._new = threading.Condition(self._lock)
         self._todo = deque(enumerate(lanes(steps)))
@@ -183,10 +184,15 @@ class LaneRun(Generic[T]):
             self._taken = len(self._finished)
         return [d for _, d in sorted(chunk, key=itemgetter(0))]
 
-    def unfinished(self) -> list[Step[T]]:
-        """The steps with a host action not done yet (running or not begun), in order."""
+    def outstanding(self) -> list[Step[T]]:
+        """The steps :meth:`take` has not handed back yet (not begun, running or done), in order.
+
+        A step done since the last :meth:`take` is among them: its caller has
+        not recorded it yet, so what it acts on is still busy.
+        """
         with self._lock:
-            return [step for _, step in sorted(self._open.items(), key=itemgetter(0))]
+            done = {position for position, _ in self._finished[self._taken :]}
+            return [self._steps[position] for position in sorted(done | set(self._open))]
 
     def give_up(self, hung: Collection[str]) -> None:
         """Begin no more lanes, nor steps behind one running on a node of ``hung``.

@@ -53,7 +53,7 @@ def test_giving_up_on_a_start_before_the_freeze_drops_the_placement_with_it() ->
     batch, steps = _steps(lambda: release.wait(5.0) and None)
     run = lanes.LaneRun(after_freezes(batch, steps, {"a": GPU0}), workers=4)
     done = run.take(0.2)  # a's start still runs (a host that hangs) when the caller gives up
-    still = [(type(s.item).__name__, s.item.job_id) for s in run.unfinished()]
+    still = [(type(s.item).__name__, s.item.job_id) for s in run.outstanding()]
     run.give_up({"n1"})
     release.set()
     run.future.result(5.0)

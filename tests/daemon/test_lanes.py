@@ -88,6 +88,23 @@ def test_what_is_done_comes_back_while_slow_lanes_go_on() -> None:
     assert running.future.done()
 
 
+def test_a_step_done_is_outstanding_until_it_is_handed_back() -> None:
+    """Its caller has not recorded it yet: what it acts on must still count as busy."""
+    release = threading.Event()
+    steps = [
+        Step("nothing to do", 1, (), None),  # done at once
+        Step("start", 2, ("n1",), lambda: _wait(release)),
+    ]
+    running = lanes.LaneRun(steps, workers=1)
+    assert [s.item for s in running.outstanding()] == ["nothing to do", "start"]
+    assert [d.item for d in running.take()] == ["nothing to do"]
+    release.set()
+    running.future.result(5.0)  # the start is done, not handed back
+    assert [s.item for s in running.outstanding()] == ["start"]
+    assert [d.item for d in running.take()] == ["start"]
+    assert running.outstanding() == [] and running.finished
+
+
 def test_giving_up_skips_at_once_all_not_begun_and_lets_what_runs_finish_later() -> None:
     """A host that hangs: the caller gives up, and what waits behind it is handed back at once."""
     release = threading.Event()
@@ -99,16 +116,16 @@ def test_giving_up_skips_at_once_all_not_begun_and_lets_what_runs_finish_later()
     ]
     running = lanes.LaneRun(steps, workers=1)  # one thread: the second lane waits its turn
     time.sleep(0.2)
-    assert [s.item for s in running.unfinished()] == [s.item for s in steps]
+    assert [s.item for s in running.outstanding()] == [s.item for s in steps]
     running.give_up({"n1"})
-    assert [s.item for s in running.unfinished()] == ["hung start"]
     skipped = running.take()
     assert sorted(d.item for d in skipped) == ["freeze after it", "start elsewhere"]
     assert all(d.skipped for d in skipped)
+    assert [s.item for s in running.outstanding()] == ["hung start"]
     release.set()
     later = _all(running)
     assert [(d.item, d.skipped, d.error) for d in later] == [("hung start", False, None)]
-    assert log == [] and running.future.done() and running.unfinished() == []
+    assert log == [] and running.future.done() and running.outstanding() == []
 
 
 def test_giving_up_spares_the_lanes_of_nodes_that_answer_however_slow() -> None:

@@ -9,6 +9,7 @@ state history and the events, and what a host's refusal leaves.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from storekit import node, on_gpus, req
 from gctl.core.decisions import Decision, Place, Queue, Resume, Suspend, Unpack
 from gctl.core.model import GpuRef, ShareMode
 from gctl.core.policies.gandiva import GandivaPolicy
-from gctl.daemon import DAEMON_USER, apply, passes
+from gctl.daemon import DAEMON_USER, apply, lanes, passes
 from gctl.daemon.apply import Applied, Applier
 from gctl.daemon.inflight import Inflight
 from gctl.daemon.site import Launch
@@ -611,6 +612,66 @@ def test_a_pass_sees_a_start_under_way_on_its_gpus(
         with transaction(store.engine, write=False) as s:
             assert _gpus(s, a) == [("a1", 0, "exclusive")]
             assert _gpus(s, c) == [("a1", 1, "exclusive")]
+
+
+class GatedSite(QuietSite):
+    """A site whose start of the ``gated`` jobs waits until ``release`` is set."""
+
+    def __init__(self, store: db.Store, pool: Pool, mirror: Path, gated: Iterable[int]):
+        super().__init__(store, pool, mirror)
+        self.gated = set(gated)
+        self.release = threading.Event()
+
+    def launch(self, job: Launch, refs: Iterable[GpuRef], nodes: Mapping[str, NodeRow]) -> None:
+        """Start nothing, once released for a ``gated`` job."""
+        if job.id in self.gated:
+            assert self.release.wait(10.0)
+        super().launch(job, refs, nodes)
+
+
+def test_a_start_that_ends_while_the_others_are_recorded_stays_busy_until_its_own_record(
+    store: db.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start past its pass that ends just after a record took the others is busy still.
+
+    It used to be neither recorded nor busy until the next record: a pass
+    meanwhile found its job queued and its GPU free and placed it again,
+    and the first start's record then failed on the allocation the second
+    had written (a UniqueViolation at 1,000 hosts on PostgreSQL, the
+    records of three other jobs' starts lost with it).
+    """
+    monkeypatch.setattr(apply, "APPLY_WITHIN", 0.05)
+    node(store, "a1", "2xV100-16GB")
+    (a,) = jobs.submit(store, [req(1)])
+    take = lanes.LaneRun.take
+    ending = threading.Event()
+
+    def take_then_end(self: lanes.LaneRun[object], wait: float = 0.0) -> list[object]:
+        got = take(self, wait)
+        if ending.is_set():  # the start ends after this take, before the record is done
+            site.release.set()
+            self.future.result(5.0)
+        return got
+
+    monkeypatch.setattr(lanes.LaneRun, "take", take_then_end)
+    inflight = Inflight()
+    with Pool() as pool:
+        site = GatedSite(store, pool, tmp_path / "mirror", [a])
+        passes.reactive_pass(site, GandivaPolicy(), time.time(), lambda k, s: None, inflight)
+        ending.set()
+        inflight.collect()  # the start ends after the record's take: nothing recorded yet
+        ending.clear()
+        assert inflight.busy_jobs == {a} and inflight.starting() == {a: (("a1", 0),)}
+        applied = passes.reactive_pass(
+            site, GandivaPolicy(), time.time(), lambda k, s: None, inflight
+        )
+        assert [d for d in applied.done if isinstance(d, Place)] == []
+        inflight.collect()
+        assert site.started == [a] and inflight.pending() == []
+        with transaction(store.engine, write=False) as s:
+            assert _gpus(s, a) == [("a1", 0, "exclusive")]
+            assert s.get(JobRow, a).state == "RUNNING"
+    inflight.close()
 
 
 def test_a_pass_goes_on_while_a_start_is_under_way_on_a_node_that_stopped_answering(
