@@ -106,7 +106,8 @@ class LaneRun(Generic[T]):
         self._lock = threading.Lock()
         self._new = threading.Condition(self._lock)
         self._todo = deque(enumerate(lanes(steps)))
-        self._open = {i: s for _, lane in self._todo for i, s in lane}
+        self._open = {i for _, lane in self._todo for i, _ in lane}
+        """Positions of the steps with a host action not ended (not begun or running)."""
         self._lane_of = {i: index for index, lane in self._todo for i, _ in lane}
         self._running: set[int] = set()
         self._stopped: set[int] = set()
@@ -121,7 +122,7 @@ class LaneRun(Generic[T]):
 
     def _finish(self, position: int, done: Done[T]) -> None:
         with self._new:
-            self._open.pop(position, None)
+            self._open.discard(position)
             self._running.discard(position)
             self._finished.append((position, done))
             self._new.notify_all()
@@ -192,7 +193,7 @@ class LaneRun(Generic[T]):
         """
         with self._lock:
             done = {position for position, _ in self._finished[self._taken :]}
-            return [self._steps[position] for position in sorted(done | set(self._open))]
+            return [self._steps[position] for position in sorted(done | self._open)]
 
     def give_up(self, hung: Collection[str]) -> None:
         """Begin no more lanes, nor steps behind one running on a node of ``hung``.
@@ -210,11 +211,11 @@ class LaneRun(Generic[T]):
             self._stopped.update(
                 self._lane_of[position]
                 for position in self._running
-                if any(node in hung for node in self._open[position].nodes)
+                if any(node in hung for node in self._steps[position].nodes)
             )
             dropped = [
-                (i, s)
-                for i, s in self._open.items()
+                (i, self._steps[i])
+                for i in sorted(self._open)
                 if i not in self._running and self._lane_of[i] in self._stopped
             ]
         began = time.time()

@@ -44,24 +44,25 @@ def _sshd_pids() -> list[int]:
     return sorted(pid for pid, parent in parents.items() if parent not in pids | {None})
 
 
+def _stat(pid: int) -> tuple[int, str] | None:
+    """The parent of ``pid`` and its state letter (R, S, T...), or None once it has ended."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(fields[1]), fields[0]
+
+
 def _parent(pid: int) -> int | None:
     """The parent of ``pid``, or None once it has ended (no longer counted)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    got = _stat(pid)
+    return got[0] if got else None
 
 
 def _tree_states(root: int) -> dict[int, str]:
     """The state letter (R, S, T...) of ``root`` and of each of its descendants, by pid."""
-    table: dict[int, tuple[int, str]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        table[int(stat.parent.name)] = (int(fields[1]), fields[0])
+    stats = {int(p.name): _stat(int(p.name)) for p in Path("/proc").glob("[0-9]*")}
+    table = {pid: got for pid, got in stats.items() if got is not None}
     found, grew = {root}, True
     while grew:
         more = {pid for pid, (parent, _) in table.items() if parent in found} - found
